@@ -1,0 +1,221 @@
+"""Providers built from the ``observed:`` settings: Prometheus ``/metrics`` and OTLP.
+
+Used only when the caller passes no providers. Every exporter runs on the SDK's
+own threads (batch span processor, periodic metric reader, Prometheus HTTP
+server), never on the hook path; export failures are counted, logged once and
+swallowed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Sequence
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from .settings import Settings
+
+logger = logging.getLogger("observed_engine.exporters")
+
+ErrorCounter = Callable[[str], None]
+
+
+@dataclass
+class BuiltProviders:
+    tracer_provider: Optional[TracerProvider] = None
+    meter_provider: Optional[MeterProvider] = None
+    prometheus_address: Optional[tuple] = None
+    closers: List[Callable[[], None]] = field(default_factory=list)
+
+    def shutdown(self) -> None:
+        for close in reversed(self.closers):
+            try:
+                close()
+            except Exception:
+                pass
+
+
+def process_resource() -> Resource:
+    """service.name / service.instance.id / host.name: tells processes apart, one value per process."""
+    host = socket.gethostname()
+    attrs = {
+        "service.name": os.environ.get("OTEL_SERVICE_NAME") or "hermes-agent",
+        "service.instance.id": f"{host}-{os.getpid()}",
+        "host.name": host,
+    }
+    return Resource.create(attrs)   # OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME still override
+
+
+class CountingSpanExporter(SpanExporter):
+    """Counts and logs (once) failed exports of the wrapped exporter."""
+
+    def __init__(self, inner: SpanExporter, count_error: ErrorCounter, component: str) -> None:
+        self._inner = inner
+        self._count_error = count_error
+        self._component = component
+        self._logged = False
+
+    def export(self, spans):
+        try:
+            result = self._inner.export(spans)
+        except Exception as exc:
+            self._failed(exc)
+            return SpanExportResult.FAILURE
+        if result is not SpanExportResult.SUCCESS:
+            self._failed(None)
+        return result
+
+    def _failed(self, exc) -> None:
+        self._count_error(self._component)
+        if not self._logged:
+            self._logged = True
+            logger.warning("observed-engine: %s export failed (%s); spans are dropped, hooks are not slowed",
+                           self._component, exc or "exporter returned failure")
+
+    def shutdown(self):
+        return self._inner.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000):
+        try:
+            return self._inner.force_flush(timeout_millis)
+        except Exception:
+            return False
+
+
+class CountingMetricExporter(MetricExporter):
+    def __init__(self, inner: MetricExporter, count_error: ErrorCounter, component: str) -> None:
+        super().__init__(
+            preferred_temporality=getattr(inner, "_preferred_temporality", None),
+            preferred_aggregation=getattr(inner, "_preferred_aggregation", None),
+        )
+        self._inner = inner
+        self._count_error = count_error
+        self._component = component
+        self._logged = False
+
+    def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs):
+        try:
+            result = self._inner.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
+        except Exception as exc:
+            self._failed(exc)
+            return MetricExportResult.FAILURE
+        if result is not MetricExportResult.SUCCESS:
+            self._failed(None)
+        return result
+
+    def _failed(self, exc) -> None:
+        self._count_error(self._component)
+        if not self._logged:
+            self._logged = True
+            logger.warning("observed-engine: %s export failed (%s); metrics are dropped, hooks are not slowed",
+                           self._component, exc or "exporter returned failure")
+
+    def force_flush(self, timeout_millis: float = 10_000) -> bool:
+        try:
+            return self._inner.force_flush(timeout_millis)
+        except Exception:
+            return False
+
+    def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:
+        try:
+            self._inner.shutdown(timeout_millis=timeout_millis)
+        except Exception:
+            pass
+
+
+def _otlp_protocol(settings: Settings) -> str:
+    proto = settings.otlp.protocol or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
+    return "http/protobuf" if proto.startswith("http") else "grpc"
+
+
+def _otlp_exporters(settings: Settings):
+    timeout = settings.otlp.timeout_seconds
+    endpoint = settings.otlp.endpoint
+    if _otlp_protocol(settings) == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+
+        kw = {"timeout": timeout}
+        if endpoint:
+            kw["endpoint"] = endpoint
+            kw["insecure"] = endpoint.startswith("http://") or "://" not in endpoint
+        return OTLPSpanExporter(**kw), OTLPMetricExporter(**kw)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    if endpoint:
+        base = endpoint.rstrip("/")
+        return (OTLPSpanExporter(endpoint=base + "/v1/traces", timeout=timeout),
+                OTLPMetricExporter(endpoint=base + "/v1/metrics", timeout=timeout))
+    return OTLPSpanExporter(timeout=timeout), OTLPMetricExporter(timeout=timeout)
+
+
+def build_providers(settings: Settings, count_error: ErrorCounter) -> BuiltProviders:
+    built = BuiltProviders()
+    want_prom = settings.metrics and settings.prometheus.enabled
+    want_otlp = settings.otlp.enabled
+    if not (want_prom or want_otlp):
+        return built
+    resource = process_resource()
+    readers: list = []
+    if want_prom:
+        reader = _prometheus_reader(settings, built)
+        if reader is not None:
+            readers.append(reader)
+    span_exporter = metric_exporter = None
+    if want_otlp:
+        try:
+            span_exporter, metric_exporter = _otlp_exporters(settings)
+        except Exception as exc:
+            count_error("exporter_otlp")
+            logger.warning("observed-engine: cannot build the OTLP exporters (%s); OTLP is off", exc)
+    if metric_exporter is not None and settings.metrics:
+        readers.append(PeriodicExportingMetricReader(
+            CountingMetricExporter(metric_exporter, count_error, "exporter_otlp_metrics"),
+            export_interval_millis=settings.otlp.export_interval_seconds * 1000,
+            export_timeout_millis=settings.otlp.timeout_seconds * 1000,
+        ))
+    if readers:
+        mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=True)
+        built.meter_provider = mp
+        built.closers.append(lambda: mp.shutdown(timeout_millis=2000))
+    if span_exporter is not None and settings.traces:
+        tp = TracerProvider(resource=resource, shutdown_on_exit=True)
+        tp.add_span_processor(BatchSpanProcessor(
+            CountingSpanExporter(span_exporter, count_error, "exporter_otlp_traces"),
+            max_queue_size=4096, max_export_batch_size=512,
+            schedule_delay_millis=1000, export_timeout_millis=settings.otlp.timeout_seconds * 1000,
+        ))
+        built.tracer_provider = tp
+        built.closers.append(tp.shutdown)
+    return built
+
+
+def _prometheus_reader(settings: Settings, built: BuiltProviders):
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry()
+    host, port = settings.prometheus.host, settings.prometheus.port
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        logger.warning(
+            "observed-engine: Prometheus /metrics cannot listen on %s:%s (%s); "
+            "the engine goes on without it (set observed.prometheus.port to a free port)", host, port, exc)
+        return None
+    built.prometheus_address = server.server_address[:2]
+
+    def close():
+        server.shutdown()
+        server.server_close()
+
+    built.closers.append(close)
+    return PrometheusMetricReader(registry=registry)

@@ -1,0 +1,98 @@
+"""The hand-off between the hook path and the background worker.
+
+Hooks append one tuple to a deque (thread-safe, lock-free in CPython) as long
+as it holds fewer than ``capacity`` items; past that the event is dropped and
+counted. One daemon thread drains the deque in batches and hands them to the
+processor, which builds spans, metrics and store rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from typing import Callable, List
+
+logger = logging.getLogger("observed_engine.recorder")
+
+
+class _FlushMarker:
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+
+
+class Recorder:
+    def __init__(self, process_batch: Callable[[List[tuple]], None], capacity: int = 100_000,
+                 enabled: bool = True, interval: float = 0.05,
+                 on_drop: Callable[[int], None] = lambda n: None) -> None:
+        self.queue: deque = deque()
+        self.capacity = capacity
+        self.enabled = enabled
+        self.interval = interval
+        self.dropped = 0
+        self.processed = 0
+        self._process_batch = process_batch
+        self._on_drop = on_drop
+        self._drop_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._run, name="observed-engine-worker", daemon=True)
+        self._thread.start()
+
+    # -- hook side ----------------------------------------------------------------
+
+    def push(self, event: tuple) -> None:
+        if len(self.queue) < self.capacity:
+            self.queue.append(event)
+        else:
+            self.note_dropped()
+
+    def note_dropped(self) -> None:
+        with self._drop_lock:
+            self.dropped += 1
+        self._on_drop(1)
+
+    # -- control ------------------------------------------------------------------
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Block until every event pushed before this call has been processed."""
+        if self._stopped or not self._thread.is_alive():
+            return False
+        marker = _FlushMarker()
+        self.queue.append(marker)
+        self._wake.set()
+        return marker.done.wait(timeout)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self.flush(timeout)
+        self._stopped = True
+        self._wake.set()
+        self._thread.join(timeout)
+
+    # -- worker -------------------------------------------------------------------
+
+    def _run(self) -> None:
+        queue = self.queue
+        popleft = queue.popleft
+        while not self._stopped:
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            while queue:
+                batch: List[tuple] = []
+                markers: List[_FlushMarker] = []
+                while queue and len(batch) < 4096:
+                    item = popleft()
+                    if type(item) is _FlushMarker:
+                        markers.append(item)
+                        break
+                    batch.append(item)
+                if batch:
+                    try:
+                        self._process_batch(batch)
+                    except BaseException:  # the processor guards each event; this is a last resort
+                        logger.exception("observed-engine worker failed on a batch of %d events", len(batch))
+                    self.processed += len(batch)
+                for marker in markers:
+                    marker.done.set()

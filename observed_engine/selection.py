@@ -1,0 +1,49 @@
+"""Classifying a ``select_context`` call the way the head host treats it.
+
+Host rules (shared/design/hermes-host-contract.md): an exception, ``[]``, a
+non-list or a list with a non-dict item fall open to the original request;
+``None`` passes the request through silently; a non-empty list of dicts is
+sent as is. On top we measure churn: is this selection the one the session
+used last time (same object or equal list), and if not, from which message on
+does it differ -- everything after that point is a prompt-cache prefix lost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+
+@dataclass(frozen=True)
+class Verdict:
+    result: str                          # unchanged | same_selection | changed_selection | fail_open
+    fail_open_reason: Optional[str] = None   # exception | invalid_return
+    detail: str = ""
+    selection: Optional[tuple] = None    # the new selection (shallow), when one was made
+    first_difference: int = 0            # index of the first message that differs from the last selection
+
+
+def classify_selection(request: Any, result: Any, exc: Optional[BaseException],
+                       previous: Optional[tuple], previous_obj: Any) -> Verdict:
+    if exc is not None:
+        return Verdict("fail_open", "exception", type(exc).__name__)
+    if result is None:
+        return Verdict("unchanged")
+    if type(result) is not list and not isinstance(result, list):
+        return Verdict("fail_open", "invalid_return", f"a {type(result).__name__}, not a list")
+    if not result:
+        return Verdict("fail_open", "invalid_return", "an empty list")
+    for item in result:
+        if not isinstance(item, dict):
+            return Verdict("fail_open", "invalid_return", f"a list with a {type(item).__name__} item")
+    if result is request:
+        return Verdict("unchanged", selection=None)
+    selection = tuple(result)
+    if previous is not None and (result is previous_obj or selection == previous):
+        return Verdict("same_selection", selection=selection, first_difference=len(previous))
+    first = 0
+    if previous is not None:
+        limit = min(len(previous), len(selection))
+        while first < limit and (previous[first] is selection[first] or previous[first] == selection[first]):
+            first += 1
+    return Verdict("changed_selection", selection=selection, first_difference=first)

@@ -1,0 +1,266 @@
+"""The embedded telemetry store: one SQLite file, no server.
+
+One row per hook call or event, written in batches by a background thread
+(WAL mode, bounded queue, retention by age). Several Hermes processes may write
+the same file: each batch is one short transaction and SQLite's busy timeout
+serialises writers. The dashboard reads the same file (read-only).
+
+Schema (documented in docs/store-schema.md, version in ``meta``):
+
+``events``
+  ts              REAL     epoch seconds at the end of the call / the event
+  host            TEXT     hostname of the writing process
+  pid             INTEGER  process id of the writing process
+  session         TEXT     Hermes session id when known (never a metric label)
+  engine          TEXT     the inner engine's name
+  hook            TEXT     hook name (compress, should_compress, select_context, ...)
+  event           TEXT     'call' for a hook call; 'deadline_exceeded', 'late_completion',
+                           'host_reported' (timeouts); 'fail_open'; 'bad_input'
+  outcome         TEXT     'ok' / 'error' for calls; compress: 'compressed' / 'noop' / 'error';
+                           select_context: 'unchanged' / 'same_selection' / 'changed_selection' / 'fail_open'
+  reason          TEXT     fail-open reason, timeout failure kind, exception type, bad-input kind
+  duration_s      REAL     call duration (late_completion: the whole call)
+  prompt_tokens   INTEGER  engine.last_prompt_tokens after the call (-1 sentinel stored as 0)
+  threshold_tokens INTEGER engine.threshold_tokens after the call
+  window_tokens   INTEGER  engine.context_length after the call
+  tokens_before / tokens_after / messages_before / messages_after  INTEGER (compress, select_context)
+  cache_lost_tokens INTEGER prompt-cache prefix tokens a changed selection invalidated
+  input_tokens / output_tokens / cache_read_tokens / cache_write_tokens / reasoning_tokens INTEGER
+                           usage passed to update_from_response
+  tokenizer       TEXT     how token counts were made ('tiktoken:o200k_base' or 'estimate')
+  content         TEXT     message text, only when capture_content is on, else NULL
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sqlite3
+import threading
+import time
+from collections import deque
+from pathlib import Path
+from typing import Callable, Iterable, Optional, Sequence
+
+logger = logging.getLogger("observed_engine.store")
+
+SCHEMA_VERSION = 1
+
+COLUMNS: Sequence[str] = (
+    "ts", "host", "pid", "session", "engine", "hook", "event", "outcome", "reason",
+    "duration_s", "prompt_tokens", "threshold_tokens", "window_tokens",
+    "tokens_before", "tokens_after", "messages_before", "messages_after",
+    "cache_lost_tokens", "input_tokens", "output_tokens", "cache_read_tokens",
+    "cache_write_tokens", "reasoning_tokens", "tokenizer", "content",
+)
+
+_COLUMN_TYPES = {
+    "ts": "REAL NOT NULL", "host": "TEXT", "pid": "INTEGER", "session": "TEXT",
+    "engine": "TEXT", "hook": "TEXT", "event": "TEXT NOT NULL", "outcome": "TEXT",
+    "reason": "TEXT", "duration_s": "REAL", "tokenizer": "TEXT", "content": "TEXT",
+}
+
+SCHEMA_SQL = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)",
+    "CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, "
+    + ", ".join(f"{c} {_COLUMN_TYPES.get(c, 'INTEGER')}" for c in COLUMNS)
+    + ")",
+    # Time-range scans (retention, every dashboard view).
+    "CREATE INDEX IF NOT EXISTS events_ts ON events (ts)",
+    # Per-engine / per-hook views over a time range.
+    "CREATE INDEX IF NOT EXISTS events_engine_hook_ts ON events (engine, hook, ts)",
+    # The sawtooth of one session.
+    "CREATE INDEX IF NOT EXISTS events_session_ts ON events (session, ts)",
+    # Timeout / fail-open tables: the rare non-call events, newest first.
+    "CREATE INDEX IF NOT EXISTS events_incidents ON events (ts) WHERE event != 'call'",
+)
+
+INSERT_SQL = f"INSERT INTO events ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
+
+
+def default_store_path(hermes_home: Optional[str] = None) -> Path:
+    home = hermes_home or os.environ.get("HERMES_HOME") or os.path.join(os.path.expanduser("~"), ".hermes")
+    return Path(home) / "observed" / "telemetry.sqlite"
+
+
+def connect(path: os.PathLike | str, *, readonly: bool = False, timeout: float = 5.0) -> sqlite3.Connection:
+    """Open the store. Writers create the schema; readers open read-only (URI mode=ro)."""
+    path = Path(path)
+    if readonly:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout, check_same_thread=False)
+        return conn
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        for stmt in SCHEMA_SQL:
+            conn.execute(stmt)
+        conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        conn.execute("COMMIT")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    return conn
+
+
+def make_row(**fields) -> tuple:
+    """A row tuple in COLUMNS order; missing fields are NULL."""
+    return tuple(fields.get(c) for c in COLUMNS)
+
+
+class StoreWriter:
+    """Writes rows in batches on its own thread; never blocks the caller.
+
+    ``submit`` appends to a bounded queue (rows beyond ``max_queue`` are
+    dropped and counted); the thread commits a batch every ``flush_interval``
+    seconds. Failures (locked file, read-only file, full disk) are logged once
+    per kind and counted through ``on_error``; the rows of a failed batch are
+    kept and retried up to ``max_queue`` in total, so a short lock loses nothing.
+    """
+
+    def __init__(
+        self,
+        path: os.PathLike | str,
+        *,
+        retention_days: float = 14.0,
+        max_queue: int = 100_000,
+        flush_interval: float = 0.25,
+        on_error: Optional[Callable[[str, BaseException], None]] = None,
+        on_drop: Optional[Callable[[int], None]] = None,
+    ) -> None:
+        self.path = Path(path)
+        self.retention_days = retention_days
+        self.max_queue = max_queue
+        self.flush_interval = flush_interval
+        self._on_error = on_error
+        self._on_drop = on_drop
+        self._queue: deque = deque()
+        self._pending: list = []           # rows of a batch that failed, retried first
+        self._wake = threading.Event()
+        self._stop = False
+        self._conn: Optional[sqlite3.Connection] = None
+        self._last_retention = 0.0
+        self._logged_errors: set = set()
+        self.rows_written = 0
+        self.rows_dropped = 0
+        self._idle = threading.Condition()
+        self._busy = False
+        self._thread = threading.Thread(target=self._run, name="observed-engine-store", daemon=True)
+        self._thread.start()
+
+    host = socket.gethostname()
+
+    def submit(self, rows: Iterable[tuple]) -> None:
+        q = self._queue
+        for row in rows:
+            if len(q) >= self.max_queue:
+                self.rows_dropped += 1
+                if self._on_drop:
+                    self._on_drop(1)
+                continue
+            q.append(row)
+
+    def flush(self, timeout: float = 5.0) -> bool:
+        """Wait until everything submitted so far is committed (or failed)."""
+        deadline = time.monotonic() + timeout
+        self._wake.set()
+        with self._idle:
+            while self._queue or self._pending or self._busy:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._wake.set()
+                self._idle.wait(min(left, 0.05))
+        return True
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.flush(timeout)
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout)
+
+    # -- the writer thread ---------------------------------------------------
+
+    def _error(self, kind: str, exc: BaseException) -> None:
+        if kind not in self._logged_errors:
+            self._logged_errors.add(kind)
+            logger.warning("observed-engine store %s failed (%s): %s; rows are kept in memory up to %d and retried",
+                           self.path, kind, exc, self.max_queue)
+        if self._on_error:
+            self._on_error("store", exc)
+
+    def _run(self) -> None:
+        while not self._stop:
+            self._wake.wait(self.flush_interval)
+            self._wake.clear()
+            with self._idle:
+                self._busy = True
+            try:
+                self._write_batch()
+            except BaseException as exc:  # never let the thread die
+                self._error(type(exc).__name__, exc)
+            finally:
+                with self._idle:
+                    self._busy = False
+                    self._idle.notify_all()
+
+    def _write_batch(self) -> None:
+        q = self._queue
+        batch = self._pending
+        self._pending = []
+        while q:
+            batch.append(q.popleft())
+        if not batch:
+            self._maybe_retention()
+            return
+        try:
+            if self._conn is None:
+                self._conn = connect(self.path)
+            conn = self._conn
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(INSERT_SQL, batch)
+                conn.execute("COMMIT")
+            except BaseException:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                raise
+            self.rows_written += len(batch)
+            self._logged_errors.discard("write")
+        except Exception as exc:
+            keep = batch[: self.max_queue]
+            lost = len(batch) - len(keep)
+            if lost:
+                self.rows_dropped += lost
+                if self._on_drop:
+                    self._on_drop(lost)
+            self._pending = keep
+            if self._conn is not None and isinstance(exc, sqlite3.DatabaseError) and "locked" not in str(exc):
+                try:
+                    self._conn.close()
+                except Exception:
+                    pass
+                self._conn = None
+            self._error("write", exc)
+            # back off a little so a locked or full disk is not hammered
+            time.sleep(min(1.0, self.flush_interval * 2))
+            return
+        self._maybe_retention()
+
+    def _maybe_retention(self) -> None:
+        if not self.retention_days or self._conn is None:
+            return
+        now = time.time()
+        if now - self._last_retention < 600:
+            return
+        self._last_retention = now
+        try:
+            cutoff = now - self.retention_days * 86400.0
+            self._conn.execute("DELETE FROM events WHERE ts < ?", (cutoff,))
+        except Exception as exc:
+            self._error("retention", exc)

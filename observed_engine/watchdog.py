@@ -1,0 +1,105 @@
+"""Compression deadlines, watched by one thread for all calls.
+
+``start()`` registers a running ``compress()`` with its deadline; ``finish()``
+removes it and says whether it ran late. One daemon thread sleeps until the
+earliest deadline; when a call is still running then, it reports
+``deadline_exceeded`` at once -- the call itself may never return. The thread
+never touches the engine, so a hung engine cannot hang the watchdog.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import threading
+import time
+from typing import Callable, Dict, List, Optional, Tuple
+
+
+class _Call:
+    __slots__ = ("seq", "engine", "engine_name", "span", "started", "deadline", "exceeded")
+
+    def __init__(self, seq, engine, engine_name, span, started, deadline):
+        self.seq = seq
+        self.engine = engine
+        self.engine_name = engine_name
+        self.span = span
+        self.started = started
+        self.deadline = deadline
+        self.exceeded = False
+
+
+class CompressionWatchdog:
+    def __init__(self, timeout_seconds: float, on_deadline: Callable[[_Call, float], None]) -> None:
+        self.timeout_seconds = float(timeout_seconds)
+        self._on_deadline = on_deadline
+        self._lock = threading.Condition(threading.Lock())
+        self._heap: List[Tuple[float, int]] = []
+        self._running: Dict[int, _Call] = {}
+        self._seq = itertools.count()
+        self._thread: Optional[threading.Thread] = None
+        self.threads_started = 0
+
+    # -- called on the hook path (compress is a cold hook) --------------------
+
+    def start(self, engine, engine_name: str, span) -> _Call:
+        now = time.monotonic()
+        call = _Call(next(self._seq), engine, engine_name, span, now, now + self.timeout_seconds)
+        with self._lock:
+            self._running[call.seq] = call
+            heapq.heappush(self._heap, (call.deadline, call.seq))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="observed-engine-watchdog", daemon=True)
+                self.threads_started += 1
+                self._thread.start()
+            elif self._heap[0][1] == call.seq:
+                self._lock.notify()
+        return call
+
+    def finish(self, call: _Call) -> bool:
+        """Remove the call; True when it had already passed its deadline."""
+        with self._lock:
+            self._running.pop(call.seq, None)
+            return call.exceeded
+
+    # -- read by the metric callbacks ------------------------------------------
+
+    def snapshot(self) -> List[Tuple[str, float]]:
+        """(engine name, age in seconds) of every call running now."""
+        now = time.monotonic()
+        with self._lock:
+            return [(c.engine_name, now - c.started) for c in self._running.values()]
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    # -- the thread ---------------------------------------------------------------
+
+    def _run(self) -> None:
+        while True:
+            due: List[_Call] = []
+            with self._lock:
+                while True:
+                    while self._heap and self._heap[0][1] not in self._running:
+                        heapq.heappop(self._heap)      # finished in time
+                    if not self._heap:
+                        self._lock.wait(60.0)
+                        continue
+                    deadline, seq = self._heap[0]
+                    wait = deadline - time.monotonic()
+                    if wait > 0:
+                        self._lock.wait(wait)
+                        continue
+                    heapq.heappop(self._heap)
+                    call = self._running.get(seq)
+                    if call is not None:
+                        call.exceeded = True
+                        due.append(call)
+                    if not self._heap or self._heap[0][0] > time.monotonic():
+                        break
+            for call in due:
+                try:
+                    self._on_deadline(call, time.monotonic() - call.started)
+                except Exception:
+                    pass
