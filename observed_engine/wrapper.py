@@ -78,10 +78,11 @@ def instrument_engine(inner: Any, telemetry) -> Any:
     inner_cls = type(inner)
     try:
         inner_name = _engine_name(inner)
+        # With telemetry disabled nothing is overridden: the hooks cost exactly what the bare ones do.
         available = tuple(
             spec.name
             for spec in hookspec.HOOK_SPECS
-            if _has_hook(inner, spec)
+            if telemetry.settings.enabled and _has_hook(inner, spec)
         )
         signatures = {name: _signature_of(inner, name) for name in available}
         exposed = telemetry.settings.name
