@@ -1,0 +1,61 @@
+"""The metric catalogue is the single source: exporter names, README table, label sets."""
+
+from pathlib import Path
+
+from opentelemetry.exporter.prometheus import PrometheusMetricReader
+from opentelemetry.sdk.metrics import MeterProvider
+from prometheus_client import CollectorRegistry, generate_latest
+
+from observed_engine import catalogue
+from observed_engine.instruments import Instruments
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_prometheus_names_are_what_the_exporter_exposes():
+    registry = CollectorRegistry()
+    provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
+    gauge_keys = [m.key for m in catalogue.METRICS if m.kind == catalogue.OBSERVABLE_GAUGE]
+    readers = {key: (lambda: [(1, {"engine": "e"})]) for key in gauge_keys}
+    instruments = Instruments(provider.get_meter("t"), readers)
+    for spec in catalogue.METRICS:
+        attrs = {label: "x" for label in spec.labels}
+        if spec.kind == catalogue.COUNTER:
+            instruments[spec.key].add(1, attrs)
+        elif spec.kind == catalogue.HISTOGRAM:
+            instruments[spec.key].record(1, attrs)
+    text = generate_latest(registry).decode()
+    exposed = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
+    expected = {m.prom_name for m in catalogue.METRICS}
+    assert expected <= exposed, sorted(expected - exposed)
+    # and every series carries exactly the catalogue's labels (plus the exporter's scope labels)
+    for spec in catalogue.METRICS:
+        sample = next(line for line in text.splitlines() if line.startswith(spec.prom_name + ("_bucket{" if spec.kind == catalogue.HISTOGRAM else "{")))
+        labels = {kv.split("=")[0] for kv in sample[sample.index("{") + 1: sample.index("}")].split(",")}
+        labels = {l for l in labels if not l.startswith("otel_scope") and l != "le"}
+        assert labels == set(spec.labels), (spec.prom_name, labels)
+    provider.shutdown()
+
+
+def test_contract_metrics_are_all_in_the_catalogue():
+    contract = ROOT.parent / "shared" / "design" / "telemetry-contract.md"
+    if not contract.exists():
+        import pytest
+
+        pytest.skip("shared/design not beside this checkout")
+    names = set()
+    for line in contract.read_text().splitlines():
+        if line.startswith("| `hermes_"):
+            names.add(line.split("`")[1])
+    assert names, "no metric rows parsed from the contract"
+    assert names <= {m.prom_name for m in catalogue.METRICS}, sorted(names - {m.prom_name for m in catalogue.METRICS})
+
+
+def test_readme_metric_table_is_generated_from_the_catalogue():
+    readme = (ROOT / "README.md").read_text()
+    assert catalogue.markdown_table() in readme, "README metric table is stale: paste catalogue.markdown_table()"
+
+
+def test_keys_and_names_unique():
+    assert len({m.key for m in catalogue.METRICS}) == len(catalogue.METRICS)
+    assert len({m.prom_name for m in catalogue.METRICS}) == len(catalogue.METRICS)
