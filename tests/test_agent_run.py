@@ -1,0 +1,249 @@
+"""A real Hermes 0.19.0 agent run with ``context.engine: observed``.
+
+A temporary HERMES_HOME whose config.yaml selects the observed engine, a
+``run_agent.AIAgent`` talking to a local OpenAI-compatible server
+(tests/fake_llm_server.py), several turns whose long replies push the
+conversation past the compression threshold. The host must select the observed
+engine (by the bundled-directory route or the entry-point route), compress
+through it (the summariser's request reaches the fake server), carry on after
+compression, and the telemetry (store rows, Prometheus metrics, spans) must
+describe it with the inner engine's name, "compressor".
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata as md
+import os
+import shutil
+import socket
+import sqlite3
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import observed_engine
+from observed_engine import hermes_plugin, is_observed
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_llm_server import FakeLLMServer  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
+GROUP = "hermes_agent.plugins"
+MODEL = "fake-model"
+CONTEXT_LENGTH = 64_000      # Hermes' minimum; threshold 85% = 54,400 tokens
+TURNS = 8
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def llm():
+    with FakeLLMServer(model=MODEL, context_length=CONTEXT_LENGTH, reply_chars=40_000) as server:
+        yield server
+
+
+@pytest.fixture
+def hermes_env(tmp_path, monkeypatch):
+    home = tmp_path / "hermes-home"
+    home.mkdir()
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    for var in list(os.environ):
+        if var.startswith("OTEL_") or var.endswith("_API_KEY") or var in ("HERMES_SAFE_MODE",):
+            monkeypatch.delenv(var, raising=False)
+    import hermes_cli.plugins as hp
+    import plugins.context_engine as pce
+
+    monkeypatch.setattr(hp, "_plugin_manager", None)      # fresh plugin discovery
+    engines = tmp_path / "context_engine"                   # stand-in for Hermes' bundled dir
+    engines.mkdir()
+    monkeypatch.setattr(pce, "_CONTEXT_ENGINE_PLUGINS_DIR", engines)
+    before = {n for n in sys.modules if n.startswith("plugins.context_engine.")}
+    observed_engine.shutdown(5)
+    yield home, engines
+    observed_engine.shutdown(5)
+    for name in [n for n in sys.modules if n.startswith("plugins.context_engine.")]:
+        if name not in before:
+            sys.modules.pop(name, None)
+
+
+def _ensure_entry_point(monkeypatch) -> None:
+    if any(ep.name == "observed" for ep in md.entry_points(group=GROUP)):
+        return
+    ep = md.EntryPoint(name="observed", value="observed_engine.hermes_plugin", group=GROUP)
+    real = md.entry_points
+
+    def entry_points(**params):
+        if params:
+            return md.EntryPoints(list(real(**params)) + list(md.EntryPoints([ep]).select(**params)))
+        groups = real()
+        flat = [e for eps in groups.values() for e in eps] if isinstance(groups, dict) else list(groups)
+        return md.EntryPoints(flat + [ep])
+
+    monkeypatch.setattr(md, "entry_points", entry_points)
+
+
+def _write_config(home: Path, llm: FakeLLMServer, *, route: str, prometheus_port: int | None) -> None:
+    prom = (f"  prometheus:\n    enabled: true\n    host: 127.0.0.1\n    port: {prometheus_port}\n"
+            if prometheus_port else "")
+    plugins = "plugins:\n  enabled:\n    - observed\n" if route == "entrypoint" else ""
+    (home / "config.yaml").write_text(
+        "# test Hermes home\n"
+        "model:\n"
+        f"  default: {MODEL}\n"
+        "  provider: custom\n"
+        f"  base_url: {llm.base_url}\n"
+        f"  context_length: {CONTEXT_LENGTH}\n"
+        "context:\n"
+        "  engine: observed\n"
+        "compression:\n"
+        "  protect_first_n: 1\n"
+        "  protect_last_n: 2\n"
+        f"{plugins}"
+        "observed:\n"
+        "  inner: compressor\n"
+        f"{prom}",
+        encoding="utf-8",
+    )
+
+
+def _make_agent(llm: FakeLLMServer):
+    from run_agent import AIAgent
+
+    return AIAgent(
+        base_url=llm.base_url, api_key="sk-fake", provider="custom", model=MODEL,
+        quiet_mode=True, skip_context_files=True, skip_memory=True, enabled_toolsets=[],
+        max_iterations=4, save_trajectories=False,
+    )
+
+
+def _chat(agent, llm: FakeLLMServer):
+    history = None
+    turns = []
+    for i in range(TURNS):
+        result = agent.run_conversation(f"Question {i + 1}: go on. " + "detail " * 300,
+                                        conversation_history=history)
+        history = result.get("messages")
+        turns.append({
+            "final": result.get("final_response") or "",
+            "messages": len(history or []),
+            "compressions": agent.context_compressor.compression_count,
+            "summaries": len(llm.summary_requests),
+        })
+    return turns
+
+
+def _store_rows(home: Path):
+    path = home / "observed" / "telemetry.sqlite"
+    assert path.exists(), f"no store at {path}"
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM events ORDER BY ts")]
+    finally:
+        conn.close()
+
+
+def _assert_run(agent, llm, turns, home):
+    from agent.context_compressor import ContextCompressor
+    from agent.context_engine import ContextEngine
+
+    engine = agent.context_compressor
+    # the host selected the observed engine, around the real built-in compressor
+    assert engine.name == "observed"
+    assert is_observed(engine)
+    assert isinstance(engine, ContextCompressor) and isinstance(engine, ContextEngine)
+    assert engine.context_length == CONTEXT_LENGTH      # set by the host's update_model()
+    # compression went through it, and the summariser's request reached the server
+    assert engine.compression_count >= 1, turns
+    assert llm.summary_requests, turns
+    first = next(i for i, t in enumerate(turns) if t["compressions"])
+    assert turns[first]["messages"] < turns[first - 1]["messages"] + 2, turns
+    # the conversation continued after compression
+    assert first < TURNS - 1, turns
+    assert all(t["final"].startswith("Answer ") for t in turns), [t["final"][:30] for t in turns]
+    assert len(llm.chat_requests) == TURNS
+
+    assert observed_engine.flush(15)
+    rows = _store_rows(home)
+    compress = [r for r in rows if r["hook"] == "compress"]
+    assert any(r["outcome"] == "compressed" for r in compress), compress
+    assert {r["engine"] for r in rows} == {"compressor"}   # telemetry reports the inner's name
+    done = next(r for r in compress if r["outcome"] == "compressed")
+    assert done["messages_after"] < done["messages_before"]
+    usage = [r for r in rows if r["hook"] == "update_from_response"]
+    assert len(usage) >= TURNS and max(r["input_tokens"] or 0 for r in usage) > 40_000
+    return rows
+
+
+def test_agent_run_bundled_route(hermes_env, llm):
+    """Operator path: settings-built exporters (store + Prometheus), no providers injected."""
+    home, engines = hermes_env
+    shutil.copytree(PLUGIN_SRC, engines / "observed")        # what `install --route bundled` does
+    port = _free_port()
+    _write_config(home, llm, route="bundled", prometheus_port=port)
+
+    started = time.monotonic()
+    agent = _make_agent(llm)
+    turns = _chat(agent, llm)
+    _assert_run(agent, llm, turns, home)
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        metrics = resp.read().decode()
+    compressed = [line for line in metrics.splitlines()
+                  if line.startswith("hermes_context_compressions_total{")
+                  and 'engine="compressor"' in line and 'outcome="compressed"' in line]
+    assert compressed and float(compressed[0].rsplit(" ", 1)[1]) >= 1, metrics[:2000]
+    assert time.monotonic() - started < 60
+
+
+def test_agent_run_entry_point_route(hermes_env, llm, monkeypatch):
+    """General plugin route (plugins.enabled: [observed]); spans and metrics read
+    from SDK providers handed to observe() through the plugin's build_engine."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    home, _engines = hermes_env
+    _ensure_entry_point(monkeypatch)
+    _write_config(home, llm, route="entrypoint", prometheus_port=None)
+    spans = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    monkeypatch.setattr(hermes_plugin, "build_engine", functools.partial(
+        hermes_plugin.build_engine, tracer_provider=tracer_provider, meter_provider=meter_provider))
+
+    agent = _make_agent(llm)
+    import hermes_cli.plugins as hp
+    singleton = hp.get_plugin_context_engine()
+    assert singleton is not None and singleton.name == "observed"
+    assert agent.context_compressor is not singleton          # the host's per-agent deep copy
+    turns = _chat(agent, llm)
+    _assert_run(agent, llm, turns, home)
+
+    compress_spans = [s for s in spans.get_finished_spans() if s.name == "context_engine.compress"]
+    assert compress_spans
+    outcomes = {s.attributes.get("hermes.context.compress.outcome") for s in compress_spans}
+    assert "compressed" in outcomes
+    assert {s.attributes.get("hermes.context_engine.name") for s in compress_spans} == {"compressor"}
+
+    data = reader.get_metrics_data()
+    points = [
+        (dict(p.attributes), p.value)
+        for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
+        if m.name == "hermes.context.compressions" for p in m.data.data_points
+    ]
+    assert any(a.get("engine") == "compressor" and a.get("outcome") == "compressed" and v >= 1
+               for a, v in points), points
