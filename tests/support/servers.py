@@ -1,0 +1,279 @@
+"""Network helpers on 127.0.0.1: free ports, dead endpoints, real Prometheus / Alertmanager, a webhook.
+
+Servers are started as subprocesses with their PID recorded; ``stop()`` kills exactly that PID.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+import pytest
+import yaml
+
+PROMETHEUS_BIN = "/usr/bin/prometheus"
+ALERTMANAGER_BIN = "/usr/bin/prometheus-alertmanager"
+
+
+def require_binary(path: str) -> str:
+    """The binary, else skip -- or fail when OBSERVED_REQUIRE_TOOLS is set (CI)."""
+    found = path if os.path.isfile(path) and os.access(path, os.X_OK) else shutil.which(os.path.basename(path))
+    if found:
+        return found
+    if os.environ.get("OBSERVED_REQUIRE_TOOLS"):
+        pytest.fail(f"{path} is required (OBSERVED_REQUIRE_TOOLS is set) but missing")
+    pytest.skip(f"{path} not installed")
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def refused_port() -> int:
+    """A port nothing listens on (connections are refused)."""
+    return free_port()
+
+
+class BlackHole:
+    """A listening socket that never accepts nor answers: connects succeed, requests hang."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(64)
+        self.port = self.sock.getsockname()[1]
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "BlackHole":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def http_get(url: str, timeout: float = 5.0) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return resp.read().decode()
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.1) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = predicate()
+        except Exception:
+            result = None
+        if result or time.monotonic() >= deadline:
+            return result
+        time.sleep(interval)
+
+
+class _Process:
+    """A server subprocess, killed by its own PID."""
+
+    name = "server"
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        self.proc: Optional[subprocess.Popen] = None
+        self.pid: Optional[int] = None
+        self.log_path = self.workdir / f"{self.name}.log"
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _spawn(self, argv: Sequence[str]) -> None:
+        log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
+                                     start_new_session=True)
+        log.close()
+        self.pid = self.proc.pid
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        def ready():
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                return http_get(self.url + "/-/ready", timeout=1.0) is not None
+            except OSError:
+                return False
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if ready():
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"{self.name} not ready after {timeout}s:\n{self.log_tail()}")
+
+    def log_tail(self, n: int = 40) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        try:
+            os.kill(self.pid, signal.SIGTERM)
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            os.kill(self.pid, signal.SIGKILL)
+            self.proc.wait(5)
+        except ProcessLookupError:
+            pass
+
+
+class PrometheusServer(_Process):
+    name = "prometheus"
+
+    def __init__(self, workdir: Path, targets: Sequence[str], *, rule_files: Sequence[str] = (),
+                 alertmanager: Optional[str] = None, scrape_interval: str = "1s",
+                 evaluation_interval: str = "1s") -> None:
+        super().__init__(workdir)
+        self.binary = require_binary(PROMETHEUS_BIN)
+        config: Dict[str, Any] = {
+            "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval,
+                       "scrape_timeout": "1s" if scrape_interval == "1s" else "10s"},
+            "scrape_configs": [{"job_name": "hermes", "static_configs": [{"targets": list(targets)}]}],
+        }
+        if rule_files:
+            config["rule_files"] = [str(p) for p in rule_files]
+        if alertmanager:
+            config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
+        self.config_path = self.workdir / "prometheus.yml"
+        self.config_path.write_text(yaml.safe_dump(config))
+
+    def start(self) -> "PrometheusServer":
+        self._spawn([
+            self.binary, f"--config.file={self.config_path}",
+            f"--storage.tsdb.path={self.workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
+        ])
+        self.wait_ready()
+        return self
+
+    def query(self, expr: str) -> List[dict]:
+        url = self.url + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        body = json.loads(http_get(url))
+        assert body["status"] == "success", body
+        return body["data"]["result"]
+
+    def scalar(self, expr: str) -> Optional[float]:
+        """The single value of an instant vector query (None when empty)."""
+        result = self.query(expr)
+        if not result:
+            return None
+        assert len(result) == 1, result
+        return float(result[0]["value"][1])
+
+    def wait_value(self, expr: str, expected: float, timeout: float = 30.0) -> Optional[float]:
+        """Poll until ``expr`` equals ``expected``; returns the last value seen."""
+        last = [None]
+
+        def check():
+            last[0] = self.scalar(expr)
+            return last[0] == expected
+        wait_until(check, timeout, 0.25)
+        return last[0]
+
+    def targets_health(self) -> List[str]:
+        body = json.loads(http_get(self.url + "/api/v1/targets"))
+        return [t["health"] for t in body["data"]["activeTargets"]]
+
+    def alerts(self) -> List[dict]:
+        return json.loads(http_get(self.url + "/api/v1/alerts"))["data"]["alerts"]
+
+
+class AlertmanagerServer(_Process):
+    name = "alertmanager"
+
+    def __init__(self, workdir: Path, config: Dict[str, Any]) -> None:
+        super().__init__(workdir)
+        self.binary = require_binary(ALERTMANAGER_BIN)
+        self.config_path = self.workdir / "alertmanager.yml"
+        self.config_path.write_text(yaml.safe_dump(config))
+
+    def start(self) -> "AlertmanagerServer":
+        self._spawn([
+            self.binary, f"--config.file={self.config_path}",
+            f"--storage.path={self.workdir / 'data'}",
+            f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=",
+            "--log.level=warn",
+        ])
+        self.wait_ready()
+        return self
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def alerts(self) -> List[dict]:
+        return json.loads(http_get(self.url + "/api/v2/alerts"))
+
+
+class WebhookReceiver:
+    """Records Alertmanager webhook notifications (JSON bodies) posted to any path."""
+
+    def __init__(self) -> None:
+        self.notifications: List[dict] = []
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    payload = json.loads(body)
+                except ValueError:
+                    payload = {"raw": body.decode(errors="replace")}
+                payload["_received_at"] = time.monotonic()
+                with receiver._lock:
+                    receiver.notifications.append(payload)
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/alerts"
+        threading.Thread(target=self.server.serve_forever, name="webhook-receiver", daemon=True).start()
+
+    def alerts(self, alertname: Optional[str] = None, status: Optional[str] = "firing") -> List[dict]:
+        with self._lock:
+            notes = list(self.notifications)
+        out = []
+        for n in notes:
+            for a in n.get("alerts", []):
+                if alertname and a.get("labels", {}).get("alertname") != alertname:
+                    continue
+                if status and a.get("status") != status:
+                    continue
+                out.append(dict(a, _received_at=n["_received_at"]))
+        return out
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
