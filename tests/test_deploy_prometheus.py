@@ -4,7 +4,9 @@ A real /usr/bin/prometheus is started on 127.0.0.1 (random free port, temporary 
 of deploy/prometheus/prometheus.yml whose Hermes scrape jobs point at a local /metrics endpoint,
 1 s scrape/evaluation intervals, and the shipped alerts.yml. The test then polls the HTTP API until
 HermesContextCompressionTimeout fires, and checks that the other rules evaluate without errors
-and stay silent on healthy series.
+and stay silent on healthy series, that every Grafana panel query runs, and (with
+/usr/bin/prometheus-alertmanager) that the shipped Alertmanager routing delivers the alert to a
+local webhook, grouped by alertname and engine.
 
 The /metrics endpoint is `FakeHermesMetrics` (Prometheus text format, shaped like the
 OpenTelemetry Prometheus exporter's output). To run against a real Hermes process or the observed
@@ -28,6 +30,7 @@ import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -145,12 +148,16 @@ def metrics_target():
         fake.stop()
 
 
-def e2e_config(shipped: dict, target: str, rules_path: Path) -> dict:
-    """The shipped config with 1 s intervals, its Hermes jobs pointed at `target`, no Alertmanager."""
+def e2e_config(shipped: dict, target: str, rules_path: Path, alertmanager: str | None = None) -> dict:
+    """The shipped config with 1 s intervals, its Hermes jobs pointed at `target`, and alerts sent
+    to `alertmanager` (host:port) or nowhere."""
     cfg = json.loads(json.dumps(shipped))  # deep copy
     cfg["global"].update({"scrape_interval": "1s", "evaluation_interval": "1s", "scrape_timeout": "1s"})
     cfg["rule_files"] = [str(rules_path)]
-    cfg.pop("alerting", None)
+    if alertmanager:
+        cfg["alerting"]["alertmanagers"] = [{"static_configs": [{"targets": [alertmanager]}]}]
+    else:
+        cfg.pop("alerting", None)
     jobs = []
     for job in cfg["scrape_configs"]:
         if job["job_name"] not in HERMES_JOBS:
@@ -164,19 +171,37 @@ def e2e_config(shipped: dict, target: str, rules_path: Path) -> dict:
     return cfg
 
 
-class PrometheusProcess:
-    def __init__(self, binary: str, workdir: Path, config: dict) -> None:
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.config_path = workdir / "prometheus.yml"
-        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        self.log_path = workdir / "prometheus.log"
+def e2e_alertmanager_config(shipped: dict, webhook_url: str) -> dict:
+    """The shipped Alertmanager config with its webhooks pointed at `webhook_url` and 1 s grouping
+    waits; routing, grouping and inhibition stay as shipped."""
+    cfg = json.loads(json.dumps(shipped))
+
+    def fast(route: dict) -> None:
+        for key in ("group_wait", "group_interval"):
+            if key in route:
+                route[key] = "1s"
+        for sub in route.get("routes", []):
+            fast(sub)
+    fast(cfg["route"])
+    cfg["route"]["group_wait"] = cfg["route"]["group_interval"] = "1s"
+    for receiver in cfg["receivers"]:
+        for hook in receiver.get("webhook_configs", []):
+            hook["url"] = webhook_url
+    return cfg
+
+
+class ManagedProcess:
+    """A server binary on 127.0.0.1:<free port>, its output in workdir/<name>.log; stop() ends
+    exactly the PID it started."""
+
+    name = "process"
+
+    def __init__(self, argv: list, workdir: Path, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = workdir / f"{self.name}.log"
         self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(
-            [binary, f"--config.file={self.config_path}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=info"],
-            stdout=self._log, stderr=subprocess.STDOUT, cwd=workdir,
-        )
+        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, cwd=workdir)
         self.pid = self.proc.pid
 
     def stop(self) -> None:
@@ -195,6 +220,32 @@ class PrometheusProcess:
         except OSError:
             return "(no log)"
 
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"{self.name} not ready after {timeout}s:\n{self.log_tail()}")
+
+
+class PrometheusProcess(ManagedProcess):
+    name = "prometheus"
+
+    def __init__(self, binary: str, workdir: Path, config: dict) -> None:
+        port = _free_port()
+        self.config_path = workdir / "prometheus.yml"
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        super().__init__(
+            [binary, f"--config.file={self.config_path}", f"--storage.tsdb.path={workdir / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--log.level=info"], workdir, port)
+
     def api(self, path: str, **params) -> dict:
         url = f"{self.url}{path}"
         if params:
@@ -204,30 +255,85 @@ class PrometheusProcess:
         assert body.get("status") == "success", body
         return body["data"]
 
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"prometheus exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
+
+class AlertmanagerProcess(ManagedProcess):
+    name = "alertmanager"
+
+    def __init__(self, binary: str, workdir: Path, config: dict) -> None:
+        port = _free_port()
+        self.config_path = workdir / "alertmanager.yml"
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        super().__init__(
+            [binary, f"--config.file={self.config_path}", f"--storage.path={workdir / 'am-data'}",
+             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="], workdir, port)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+class WebhookReceiver:
+    """Collects the JSON bodies Alertmanager posts."""
+
+    def __init__(self) -> None:
+        self.payloads: list = []
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                length = int(self.headers.get("Content-Length", 0))
+                outer.payloads.append(json.loads(self.rfile.read(length) or b"{}"))
+                self.send_response(200)
+                self.end_headers()
+
+            def log_message(self, *args):
                 pass
-            time.sleep(0.2)
-        raise AssertionError(f"prometheus not ready after {timeout}s:\n{self.log_tail()}")
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _alertmanager_binary():
+    for name in ("prometheus-alertmanager", "alertmanager"):
+        path = shutil.which(name) or (f"/usr/bin/{name}" if os.access(f"/usr/bin/{name}", os.X_OK) else None)
+        if path:
+            return path
+    return None
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory, metrics_target, request):
+def alertmanager(tmp_path_factory, request):
+    """The shipped Alertmanager config on a real Alertmanager posting to a local webhook, or None
+    when the binary is absent (only the test that needs it then skips)."""
+    binary = _alertmanager_binary()
+    if not binary:
+        return None
+    webhook = WebhookReceiver()
+    request.addfinalizer(webhook.stop)
+    workdir = tmp_path_factory.mktemp("alertmanager")
+    shipped = yaml.safe_load((ROOT / "deploy" / "alertmanager" / "alertmanager.yml").read_text())
+    am = AlertmanagerProcess(binary, workdir, e2e_alertmanager_config(shipped, webhook.url))
+    request.addfinalizer(am.stop)
+    am.wait_ready()
+    am.webhook = webhook
+    return am
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory, metrics_target, alertmanager, request):
     binary = _prometheus_binary()
     tmp_path = tmp_path_factory.mktemp("prometheus")
     rules = tmp_path / "alerts.yml"
     shutil.copy(PROM_DIR / "alerts.yml", rules)
     shipped = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
     assert {j["job_name"] for j in shipped["scrape_configs"]} >= set(HERMES_JOBS)
-    prom = PrometheusProcess(binary, tmp_path, e2e_config(shipped, metrics_target, rules))
+    config = e2e_config(shipped, metrics_target, rules, alertmanager.address if alertmanager else None)
+    prom = PrometheusProcess(binary, tmp_path, config)
     request.addfinalizer(prom.stop)  # always kill the recorded PID, even if startup fails
     prom.wait_ready()
     return prom
@@ -329,3 +435,109 @@ def test_grafana_board_queries_run_in_real_prometheus(prometheus):
             raise AssertionError(f"{expr}\n{exc.read().decode(errors='replace')}") from None
         with_data += bool(result)
     assert with_data >= 5, "expected the usage, timeout and compression panels to show the served series"
+
+
+def test_alert_reaches_the_webhook_through_alertmanager(prometheus, alertmanager):
+    """Prometheus -> shipped Alertmanager routing -> webhook: grouped by alertname and engine."""
+    if alertmanager is None:
+        reason = ("prometheus-alertmanager binary not found: apt-get install -y prometheus-alertmanager "
+                  "(set OBSERVED_REQUIRE_TOOLS=1 to make this a failure)")
+        if os.environ.get("OBSERVED_REQUIRE_TOOLS") == "1":
+            pytest.fail(reason)
+        pytest.skip(reason)
+    deadline = time.monotonic() + FIRE_TIMEOUT_S
+    timeout_groups: list = []
+    while time.monotonic() < deadline and not timeout_groups:
+        timeout_groups = [p for p in list(alertmanager.webhook.payloads)
+                          if p.get("groupLabels", {}).get("alertname") == "HermesContextCompressionTimeout"]
+        time.sleep(0.5)
+    assert timeout_groups, (f"no webhook notification within {FIRE_TIMEOUT_S}s; got {alertmanager.webhook.payloads}\n"
+                            f"{alertmanager.log_tail()}")
+    payload = timeout_groups[0]
+    assert payload["status"] == "firing"
+    assert payload["groupLabels"] == {"alertname": "HermesContextCompressionTimeout", "engine": "compressor"}
+    assert payload["receiver"] == "hermes-webhook"
+    for alert in payload["alerts"]:
+        assert alert["labels"]["severity"] == "warning"
+        assert alert["labels"]["instance"] and alert["labels"]["job"] in HERMES_JOBS
+        assert alert["annotations"]["summary"] and alert["annotations"]["description"]
+
+
+# --------------------------------------------------------------------------- the real observed engine
+
+@pytest.fixture
+def real_engine():
+    """An observed engine serving its own /metrics (observed.prometheus) around an inner engine
+    whose compress() blocks until released: a compression stuck past a 1 s deadline."""
+    from agent.context_engine import ContextEngine
+
+    import observed_engine
+    from observed_engine import observe
+
+    release = threading.Event()
+
+    class BlockingEngine(ContextEngine):
+        name = "e2e-blocking"
+
+        def __init__(self):
+            self.context_length = 100_000
+            self.threshold_percent = 0.5
+            self.threshold_tokens = 50_000
+            self.last_prompt_tokens = 95_000     # 95 % of the window: HermesContextNearWindow pending
+
+        def update_from_response(self, usage):
+            pass
+
+        def should_compress(self, prompt_tokens=None):
+            return True
+
+        def compress(self, messages, current_tokens=None, focus_topic=None):
+            release.wait(60)
+            return messages[-1:]
+
+    port = _free_port()
+    engine = observe(BlockingEngine(), settings={
+        "prometheus": {"enabled": True, "host": "127.0.0.1", "port": port},
+        "compress_timeout_seconds": 1,
+        "store": {"enabled": False},
+    })
+    try:
+        yield SimpleNamespace(engine=engine, address=f"127.0.0.1:{port}", release=release)
+    finally:
+        release.set()
+        observed_engine.shutdown()
+
+
+def test_real_engine_stuck_compression_fires_timeout_and_stuck(real_engine, tmp_path, request):
+    binary = _prometheus_binary()
+    rules = tmp_path / "alerts.yml"
+    shutil.copy(PROM_DIR / "alerts.yml", rules)
+    shipped = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
+    prom = PrometheusProcess(binary, tmp_path, e2e_config(shipped, real_engine.address, rules))
+    request.addfinalizer(prom.stop)
+    prom.wait_ready()
+
+    worker = threading.Thread(target=real_engine.engine.compress,
+                              args=([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],),
+                              daemon=True)
+    worker.start()
+    wanted = {"HermesContextCompressionTimeout", "HermesContextCompressionStuck"}
+    deadline = time.monotonic() + FIRE_TIMEOUT_S
+    alerts: list = []
+    while time.monotonic() < deadline:
+        alerts = prom.api("/api/v1/alerts")["alerts"]
+        if all(_firing(alerts, name) for name in wanted):
+            break
+        time.sleep(0.5)
+    for name in wanted:
+        firing = _firing(alerts, name)
+        assert firing, f"{name} did not fire within {FIRE_TIMEOUT_S}s; alerts={alerts}\n{prom.log_tail()}"
+        assert {a["labels"]["engine"] for a in firing} == {"e2e-blocking"}
+        assert {a["labels"]["job"] for a in firing} <= set(HERMES_JOBS)
+    # Usage is 95 % of the window: the rule matches, waiting out its 5 minutes.
+    near = [a for a in alerts if a["labels"].get("alertname") == "HermesContextNearWindow"]
+    assert near and all(a["state"] == "pending" for a in near), near
+
+    real_engine.release.set()
+    worker.join(10)
+    assert not worker.is_alive()
