@@ -38,6 +38,7 @@ class Telemetry:
         self._error_lock = threading.Lock()
         self._pending_errors: Dict[str, int] = {}
         self._pending_drops: Dict[str, int] = {}
+        self._publish_pending = False
         self.built: BuiltProviders = BuiltProviders()
         if tracer_provider is None and meter_provider is None and settings.enabled:
             self.built = build_providers(settings, self.count_error)
@@ -83,15 +84,37 @@ class Telemetry:
     def count_error(self, component: str, n: int = 1) -> None:
         with self._error_lock:
             self._pending_errors[component] = self._pending_errors.get(component, 0) + n
+            wake = not self._publish_pending
+            self._publish_pending = True
+        if wake:
+            self._wake_worker()
 
     def count_drop(self, signal: str, n: int = 1) -> None:
         with self._error_lock:
             self._pending_drops[signal] = self._pending_drops.get(signal, 0) + n
+            wake = not self._publish_pending
+            self._publish_pending = True
+        if wake:
+            self._wake_worker()
+
+    def _wake_worker(self) -> None:
+        """Have the worker publish pending errors/drops even when no hook runs.
+
+        Errors of the exporter and store threads often come when the engine is
+        idle (an export after the last hook); without an event in the queue the
+        worker would hold them until the next hook call. One no-op event per
+        publication round (the flag); if the queue is full the drop is counted
+        without recursing here, and the full queue wakes the worker anyway.
+        """
+        recorder = getattr(self, "recorder", None)     # None while building providers
+        if recorder is not None and recorder.enabled:
+            recorder.push(("publish_errors",))
 
     def take_pending_errors(self) -> Tuple[Dict[str, int], Dict[str, int]]:
         with self._error_lock:
             errors, drops = self._pending_errors, self._pending_drops
             self._pending_errors, self._pending_drops = {}, {}
+            self._publish_pending = False
         return errors, drops
 
     # -- engines ------------------------------------------------------------------
