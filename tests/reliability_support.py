@@ -1,0 +1,656 @@
+"""Helpers for the reliability suite (differential, fault injection, load, bad input, security).
+
+Everything here is deterministic and offline: the built-in compressor's summariser
+is replaced by a pure function, servers listen on 127.0.0.1 only, and every
+pipeline is built from SDK providers the tests can read exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import logging
+import socket
+import sqlite3
+import threading
+import time
+import types
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from agent.context_engine import ContextEngine
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+CANARY = "CANARY-rel-5d1e0b-do-not-leak"
+
+# --------------------------------------------------------------------------- the built-in, offline
+
+
+def pure_summariser(**kwargs):
+    """Stands in for ``agent.context_compressor.call_llm``: a summary that depends only on the prompt.
+
+    Stateless on purpose: a bare engine and its observed twin call it with the same
+    prompt and must get the same summary.
+    """
+    messages = kwargs.get("messages") or [{"content": ""}]
+    prompt = str(messages[0].get("content", ""))
+    digest = hashlib.sha256(prompt.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    content = (f"## Goal\nFinish the task.\n## Progress\nSummarised {len(prompt)} chars ({digest}).\n"
+               f"## Next steps\nContinue.")
+    message = types.SimpleNamespace(content=content, role="assistant", tool_calls=None)
+    return types.SimpleNamespace(choices=[types.SimpleNamespace(message=message, finish_reason="stop")],
+                                 usage=None)
+
+
+def install_summariser(monkeypatch) -> None:
+    import agent.context_compressor as cc
+
+    monkeypatch.setattr(cc, "call_llm", pure_summariser)
+
+
+def make_compressor(**kwargs):
+    """The real ContextCompressor, offline (call ``install_summariser`` first)."""
+    import agent.context_compressor as cc
+
+    kwargs.setdefault("config_context_length", 200_000)
+    kwargs.setdefault("quiet_mode", True)
+    kwargs.setdefault("protect_first_n", 2)
+    kwargs.setdefault("protect_last_n", 4)
+    return cc.ContextCompressor("gpt-4o", **kwargs)
+
+
+# --------------------------------------------------------------------------- small engines of our own
+
+
+class LedgerEngine(ContextEngine):
+    """A plain engine that keeps what it was given and returns stored objects.
+
+    ``update_from_response`` keeps the usage object itself; ``compress`` returns
+    either the input list (short transcripts) or a list it also stores; status
+    dicts are stored too -- so identity of results is observable.
+    """
+
+    name = "ledger"
+
+    def __init__(self) -> None:
+        self.log: List[Any] = []
+        self.last_usage: Any = None
+        self.last_output: Any = None
+        self.last_status: Any = None
+        self.threshold_tokens = 1000
+        self.context_length = 4000
+
+    def update_model(self, model, context_length, base_url="", api_key="", provider="", api_mode=""):
+        self.log.append(("update_model", model, context_length))
+        self.model = model
+        self.context_length = context_length
+        self.threshold_tokens = int(context_length * 0.5)
+
+    def update_from_response(self, usage):
+        self.log.append(("usage", usage))
+        self.last_usage = usage
+        if isinstance(usage, dict):
+            value = usage.get("prompt_tokens")
+            if isinstance(value, int):
+                self.last_prompt_tokens = value
+
+    def should_compress(self, prompt_tokens=None):
+        self.log.append(("should_compress", prompt_tokens))
+        tokens = self.last_prompt_tokens if prompt_tokens is None else prompt_tokens
+        try:
+            return tokens >= self.threshold_tokens
+        except TypeError:
+            return False
+
+    def compress(self, messages, current_tokens=None, focus_topic=None, force=False, memory_context=""):
+        self.log.append(("compress", len(messages) if isinstance(messages, list) else type(messages).__name__,
+                         current_tokens, focus_topic, force))
+        if not isinstance(messages, list) or len(messages) < 6:
+            return messages
+        self.compression_count += 1
+        self.last_output = [messages[0], {"role": "user", "content": f"[{len(messages) - 3} folded]"},
+                            *messages[-2:]]
+        return self.last_output
+
+    def on_session_start(self, session_id, **kwargs):
+        self.log.append(("start", session_id, sorted(kwargs)))
+        self.session = session_id
+
+    def on_session_end(self, session_id, messages):
+        self.log.append(("end", session_id, len(messages) if isinstance(messages, list) else None))
+
+    def on_session_reset(self):
+        self.log.append(("reset",))
+        super().on_session_reset()
+
+    def get_status(self):
+        self.last_status = dict(super().get_status(), log_length=len(self.log))
+        return self.last_status
+
+
+class SelectorEngine(LedgerEngine):
+    """Defines head's ``select_context`` / ``on_turn_complete``; the answer depends on the request.
+
+    By ``len(request) % 7``: None; the request itself; a new sub-list; the stored
+    last selection; an empty list; a tuple; a list with a non-dict.
+    """
+
+    name = "selector"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.selection: Any = None
+        self.turns: List[Any] = []
+
+    def select_context(self, request_messages, *, conversation_messages=None, incoming_message=None,
+                       budget_tokens=0):
+        n = len(request_messages) if isinstance(request_messages, list) else -1
+        self.log.append(("select", n, budget_tokens))
+        mode = n % 7 if n >= 0 else 0
+        if mode == 0:
+            return None
+        if mode == 1:
+            return request_messages
+        if mode == 2:
+            self.selection = [request_messages[0], *request_messages[-1:]]
+            return self.selection
+        if mode == 3:
+            return self.selection if self.selection is not None else request_messages
+        if mode == 4:
+            return []
+        if mode == 5:
+            return tuple(request_messages)
+        return [request_messages[0], "not a message"]
+
+    def on_turn_complete(self, messages, usage=None, **kwargs):
+        self.turns.append((len(messages) if isinstance(messages, list) else None, usage, sorted(kwargs)))
+
+
+class TouchyError(ValueError):
+    """Raised by TouchyEngine; its message quotes the input (as real engines' errors do)."""
+
+
+class TouchyEngine(LedgerEngine):
+    """Raises on some inputs -- after changing some state, as real engines do."""
+
+    name = "touchy"
+
+    def update_from_response(self, usage):
+        super().update_from_response(usage)
+        if not isinstance(usage, dict):
+            raise TypeError(f"usage must be a dict, not {type(usage).__name__}")
+        for key, value in usage.items():
+            if isinstance(value, str):
+                raise TouchyError(f"usage[{key!r}] is a string: {value!r}")
+
+    def should_compress(self, prompt_tokens=None):
+        if isinstance(prompt_tokens, bool) or (prompt_tokens is not None and not isinstance(prompt_tokens, int)):
+            raise TypeError(f"prompt_tokens must be an int, got {prompt_tokens!r}")
+        return super().should_compress(prompt_tokens)
+
+    def compress(self, messages, current_tokens=None, focus_topic=None, force=False, memory_context=""):
+        self.log.append(("compress-check", focus_topic))
+        for m in messages:
+            content = m.get("content") if isinstance(m, dict) else None
+            if isinstance(content, list):
+                raise TouchyError(f"multimodal content not supported (focus {focus_topic!r})")
+            if isinstance(content, str) and len(content) > 50_000:
+                raise MemoryError("message too large")
+        return super().compress(messages, current_tokens, focus_topic, force, memory_context)
+
+    def on_session_end(self, session_id, messages):
+        super().on_session_end(session_id, messages)
+        raise OSError(28, f"no space left writing {session_id}")
+
+
+class ToolEngine(LedgerEngine):
+    """Offers an engine tool; ``compress`` takes ``**kwargs``; raises with the input in the message."""
+
+    name = "tooly"
+
+    def get_tool_schemas(self):
+        return [{"name": "ctx_recall", "description": "Recall old context.",
+                 "parameters": {"type": "object", "properties": {"query": {"type": "string"}}}}]
+
+    def handle_tool_call(self, name, args, **kwargs):
+        self.log.append(("tool", name, args))
+        if name != "ctx_recall":
+            raise KeyError(f"unknown tool {name}: {args!r}")
+        return json.dumps({"recalled": args.get("query"), "n": len(kwargs.get("messages") or [])})
+
+    def compress(self, messages, **kwargs):
+        focus = kwargs.get("focus_topic")
+        if kwargs.get("force"):
+            raise TouchyError(f"forced compression refused (focus {focus!r}, memory {kwargs.get('memory_context')!r})")
+        return super().compress(messages, kwargs.get("current_tokens"), focus)
+
+
+ENGINE_FACTORIES: Dict[str, Callable[[], Any]] = {
+    "ledger": LedgerEngine,
+    "selector": SelectorEngine,
+    "touchy": TouchyEngine,
+    "tooly": ToolEngine,
+}
+
+
+# --------------------------------------------------------------------------- comparing twins
+
+
+def render(value: Any, _depth: int = 0, _seen: Optional[set] = None) -> Any:
+    """A structure that compares equal iff two values are the same data.
+
+    Exact types are kept (a list is not a tuple, True is not 1); exceptions by type
+    and args; objects by their exact class and their own ``__dict__``.
+    """
+    if _depth > 12:
+        return ("too-deep", type(value).__qualname__)
+    if value is None or type(value) in (str, int, float, bool, bytes):
+        if type(value) is float and value != value:
+            return ("nan",)
+        return (type(value).__name__, value)
+    if isinstance(value, dict):
+        return ("dict", type(value).__qualname__,
+                tuple((render(k, _depth + 1), render(v, _depth + 1)) for k, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return (type(value).__qualname__, tuple(render(v, _depth + 1) for v in value))
+    if isinstance(value, (set, frozenset)):
+        return (type(value).__qualname__, tuple(sorted(repr(v) for v in value)))
+    if isinstance(value, BaseException):
+        return ("exception", type(value), render(value.args, _depth + 1))
+    if isinstance(value, sqlite3.Connection):
+        return ("sqlite3.Connection",)
+    if isinstance(value, (threading.Thread, type(threading.Lock()), type(threading.RLock()))):
+        return ("sync", type(value).__qualname__)
+    state = getattr(value, "__dict__", None)
+    cls = _unobserved_class(value)
+    if isinstance(state, dict):
+        return ("object", cls, render(dict(state), _depth + 1))
+    return ("object", cls, repr(value) if type(value).__repr__ is not object.__repr__ else None)
+
+
+def _unobserved_class(value) -> type:
+    from observed_engine.wrapper import observed_meta
+
+    meta = observed_meta(value)
+    return meta.inner_class if meta is not None else type(value)
+
+
+def state_of(engine) -> Any:
+    return render(dict(vars(engine)))
+
+
+def locate(result: Any, engine: Any, inputs: Sequence[Any]) -> Optional[str]:
+    """Where ``result`` comes from, by identity: one of the inputs, or an attribute of the engine."""
+    if result is None or type(result) in (bool, int, float, str):
+        return None
+    for i, item in enumerate(inputs):
+        if result is item:
+            return f"input[{i}]"
+    for name, value in vars(engine).items():
+        if result is value:
+            return f"attr:{name}"
+    return "new"
+
+
+class Outcome:
+    """What one hook call gave the host: a value or an exception."""
+
+    __slots__ = ("value", "exc", "where")
+
+    def __init__(self, value=None, exc=None, where=None) -> None:
+        self.value, self.exc, self.where = value, exc, where
+
+    def describe(self) -> Any:
+        if self.exc is not None:
+            return ("raise", type(self.exc), str(self.exc), render(self.exc.args))
+        return ("ok", render(self.value), self.where)
+
+
+def run_hook(engine, hook: str, args: tuple, kwargs: dict) -> Outcome:
+    inputs = list(args) + list(kwargs.values())
+    try:
+        value = getattr(engine, hook)(*args, **kwargs)
+    except Exception as exc:  # noqa: BLE001 - the host sees every exception
+        return Outcome(exc=exc)
+    return Outcome(value=value, where=locate(value, engine, inputs))
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def tool_exchange(i: int, text: str = "") -> List[Dict[str, Any]]:
+    call_id = f"call_{i}"
+    return [
+        {"role": "assistant", "content": None,
+         "tool_calls": [{"id": call_id, "type": "function",
+                         "function": {"name": "search", "arguments": json.dumps({"q": f"query {i} {text}"})}}]},
+        {"role": "tool", "tool_call_id": call_id, "content": f"result {i}: {text}"},
+    ]
+
+
+def conversation(n: int, text: str = "", words: int = 20) -> List[Dict[str, Any]]:
+    """System prompt, then ``n`` turns mixing text, tool calls and multimodal parts."""
+    out: List[Dict[str, Any]] = [{"role": "system", "content": f"You are a test agent. {text}"}]
+    for i in range(n):
+        body = " ".join(f"w{i}-{j}" for j in range(words))
+        if i % 5 == 3:
+            out.extend(tool_exchange(i, text))
+        elif i % 5 == 4:
+            out.append({"role": "user", "content": [
+                {"type": "text", "text": f"look at this {text} {body}"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}},
+            ]})
+        else:
+            out.append({"role": "user" if i % 2 == 0 else "assistant", "content": f"turn {i} {text} {body}"})
+    if out[-1]["role"] != "user":
+        out.append({"role": "user", "content": f"go on {text}"})
+    return out
+
+
+# --------------------------------------------------------------------------- pipelines we can read
+
+
+class CountingSpans(SpanProcessor):
+    """Counts finished spans by name without keeping them (for load tests)."""
+
+    def __init__(self) -> None:
+        self.by_name: Dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def on_end(self, span) -> None:
+        with self._lock:
+            self.by_name[span.name] = self.by_name.get(span.name, 0) + 1
+
+
+class Pipeline:
+    """SDK providers with in-memory readers, and ``observe()`` bound to them."""
+
+    def __init__(self, settings: Optional[dict] = None, *, keep_spans: bool = True,
+                 extra_span_processors: Iterable[SpanProcessor] = (), metric_readers: Iterable = ()) -> None:
+        self.settings = dict(settings or {})
+        self.exporter = InMemorySpanExporter()
+        self.counting = CountingSpans()
+        self.tracer_provider = TracerProvider()
+        self.tracer_provider.add_span_processor(self.counting)
+        for processor in extra_span_processors:
+            self.tracer_provider.add_span_processor(processor)
+        if keep_spans:
+            self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        self.reader = InMemoryMetricReader()
+        self.meter_provider = MeterProvider(metric_readers=[self.reader, *metric_readers])
+
+    def observe(self, inner):
+        from observed_engine import observe
+
+        return observe(inner, tracer_provider=self.tracer_provider, meter_provider=self.meter_provider,
+                       settings=self.settings)
+
+    @property
+    def telemetry(self):
+        from observed_engine.telemetry import get_telemetry
+
+        return get_telemetry(self.tracer_provider, self.meter_provider, self.settings)
+
+    def flush(self) -> None:
+        import observed_engine
+
+        assert observed_engine.flush(30.0), "observed_engine.flush() timed out"
+
+    def spans(self) -> list:
+        self.flush()
+        return list(self.exporter.get_finished_spans())
+
+    def points(self, name: str, flush: bool = True) -> List[Tuple[dict, Any]]:
+        if flush:
+            self.flush()
+        data = self.reader.get_metrics_data()
+        out: List[Tuple[dict, Any]] = []
+        if data is None:
+            return out
+        for rm in data.resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    if metric.name == name:
+                        out.extend((dict(dp.attributes or {}), dp) for dp in metric.data.data_points)
+        return out
+
+    def total(self, name: str, flush: bool = True, **attrs) -> float:
+        t = 0
+        for a, dp in self.points(name, flush=flush):
+            if all(a.get(k) == v for k, v in attrs.items()):
+                v = getattr(dp, "value", None)
+                t += v if v is not None else dp.count
+        return t
+
+    def metric_names_and_labels(self) -> List[str]:
+        """Every metric name, label key and label value (for leak checks)."""
+        self.flush()
+        data = self.reader.get_metrics_data()
+        out: List[str] = []
+        if data is None:
+            return out
+        for rm in data.resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    out.append(metric.name)
+                    out.append(metric.description or "")
+                    for dp in metric.data.data_points:
+                        for k, v in dict(dp.attributes or {}).items():
+                            out.extend((str(k), str(v)))
+        return out
+
+    def shutdown(self) -> None:
+        for provider in (self.tracer_provider, self.meter_provider):
+            try:
+                provider.shutdown()
+            except Exception:
+                pass
+
+
+def span_texts(span) -> List[str]:
+    """Every string a span carries: name, attributes, events, links, status."""
+    out = [span.name, str(span.status.description or "")]
+    for k, v in dict(span.attributes or {}).items():
+        out.extend((str(k), str(v)))
+    for event in span.events:
+        out.append(event.name)
+        for k, v in dict(event.attributes or {}).items():
+            out.extend((str(k), str(v)))
+    for link in span.links:
+        for k, v in dict(link.attributes or {}).items():
+            out.extend((str(k), str(v)))
+    return out
+
+
+def store_rows(path) -> List[tuple]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return conn.execute("SELECT * FROM events ORDER BY id").fetchall()
+    finally:
+        conn.close()
+
+
+def store_count(path, where: str = "1=1", params: tuple = ()) -> int:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return conn.execute(f"SELECT COUNT(*) FROM events WHERE {where}", params).fetchone()[0]
+    finally:
+        conn.close()
+
+
+def our_records(caplog, level: int = logging.DEBUG) -> list:
+    return [r for r in caplog.records if r.name.startswith("observed_engine") and r.levelno >= level]
+
+
+def record_text(record) -> str:
+    text = record.getMessage()
+    if record.exc_info:
+        text += "\n" + logging.Formatter().formatException(record.exc_info)
+    if record.exc_text:
+        text += "\n" + record.exc_text
+    if getattr(record, "stack_info", None):
+        text += "\n" + record.stack_info
+    return text
+
+
+def matching(records, needle: str) -> list:
+    return [r for r in records if needle in record_text(r)]
+
+
+# --------------------------------------------------------------------------- network on 127.0.0.1
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class BlackHole:
+    """A listening socket that never accepts: connects succeed, requests hang."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(128)
+        self.port = self.sock.getsockname()[1]
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class OtlpHttpReceiver:
+    """A minimal OTLP/HTTP (protobuf) receiver on 127.0.0.1 that can answer slowly.
+
+    Counts the spans it received by name and keeps the metric data points by
+    metric name (sum of the latest cumulative values per label set).
+    """
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self.requests = 0
+        self.span_names: Dict[str, int] = {}
+        self.metrics: Dict[str, Dict[tuple, float]] = {}
+        self._lock = threading.Lock()
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if receiver.delay:
+                    time.sleep(receiver.delay)
+                try:
+                    receiver._decode(self.path, body, self.headers.get("Content-Encoding"))
+                except Exception:  # pragma: no cover - a decoding bug shows as missing data
+                    pass
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.endpoint = f"http://127.0.0.1:{self.port}"
+        self._thread = threading.Thread(target=self.server.serve_forever, name="otlp-receiver", daemon=True)
+        self._thread.start()
+
+    def _decode(self, path: str, body: bytes, encoding: Optional[str]) -> None:
+        if encoding == "gzip":
+            import gzip
+
+            body = gzip.decompress(body)
+        with self._lock:
+            self.requests += 1
+        if path.endswith("/v1/traces"):
+            from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+            req = ExportTraceServiceRequest()
+            req.ParseFromString(body)
+            with self._lock:
+                for rs in req.resource_spans:
+                    for ss in rs.scope_spans:
+                        for span in ss.spans:
+                            self.span_names[span.name] = self.span_names.get(span.name, 0) + 1
+        elif path.endswith("/v1/metrics"):
+            from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+
+            req = ExportMetricsServiceRequest()
+            req.ParseFromString(body)
+            with self._lock:
+                for rm in req.resource_metrics:
+                    for sm in rm.scope_metrics:
+                        for metric in sm.metrics:
+                            which = metric.WhichOneof("data")
+                            if which not in ("sum", "gauge"):
+                                continue
+                            points = self.metrics.setdefault(metric.name, {})
+                            for dp in getattr(metric, which).data_points:
+                                key = tuple(sorted((a.key, a.value.string_value) for a in dp.attributes))
+                                value = dp.as_int if dp.WhichOneof("value") == "as_int" else dp.as_double
+                                points[key] = value
+
+    def metric_total(self, name: str, **attrs) -> float:
+        with self._lock:
+            points = dict(self.metrics.get(name, {}))
+        return sum(v for k, v in points.items() if all(dict(k).get(a) == b for a, b in attrs.items()))
+
+    def spans_named(self, prefix: str = "") -> int:
+        with self._lock:
+            return sum(n for name, n in self.span_names.items() if name.startswith(prefix))
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def scrape(port: int, timeout: float = 5.0) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as resp:
+        return resp.read().decode()
+
+
+def prom_value(text: str, name: str, **labels) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels`` in Prometheus text output."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            value = predicate()
+        except Exception:
+            value = None
+        if value or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+def twins(factory: Callable[[], Any], pipeline: Pipeline) -> Tuple[Any, Any]:
+    """A bare engine and an observed engine built the same way."""
+    bare = factory()
+    observed = pipeline.observe(factory())
+    return bare, observed
+
+
+def deep(value):
+    return copy.deepcopy(value)
