@@ -130,6 +130,33 @@ class CountingMetricExporter(MetricExporter):
             pass
 
 
+class CountingBatchSpanProcessor(BatchSpanProcessor):
+    """A BatchSpanProcessor that counts the spans it drops because its bounded queue is full.
+
+    With a dead or black-holed endpoint the export thread is stuck in the exporter and the
+    queue fills up; the SDK then drops spans (and only logs). The count goes to
+    ``hermes_context_engine_telemetry_dropped_total{signal="span"}``.
+    """
+
+    def __init__(self, span_exporter: SpanExporter, count_drop: Optional[Callable[[str, int], None]] = None,
+                 **kwargs) -> None:
+        super().__init__(span_exporter, **kwargs)
+        self._count_drop = count_drop
+        inner = getattr(self, "_batch_processor", None)      # SDK internals; absent: no counting
+        self._bsp_queue = getattr(inner, "_queue", None)
+        self._bsp_max = getattr(inner, "_max_queue_size", None)
+
+    def on_end(self, span) -> None:
+        queue, limit = self._bsp_queue, self._bsp_max
+        if (self._count_drop is not None and queue is not None and limit is not None
+                and len(queue) >= limit and span.context is not None and span.context.trace_flags.sampled):
+            try:
+                self._count_drop("span", 1)
+            except Exception:
+                pass
+        super().on_end(span)
+
+
 def _otlp_protocol(settings: Settings) -> str:
     proto = settings.otlp.protocol or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
     return "http/protobuf" if proto.startswith("http") else "grpc"
@@ -157,7 +184,8 @@ def _otlp_exporters(settings: Settings):
     return OTLPSpanExporter(timeout=timeout), OTLPMetricExporter(timeout=timeout)
 
 
-def build_providers(settings: Settings, count_error: ErrorCounter) -> BuiltProviders:
+def build_providers(settings: Settings, count_error: ErrorCounter,
+                    count_drop: Optional[Callable[[str, int], None]] = None) -> BuiltProviders:
     built = BuiltProviders()
     want_prom = settings.metrics and settings.prometheus.enabled
     want_otlp = settings.otlp.enabled
@@ -188,8 +216,8 @@ def build_providers(settings: Settings, count_error: ErrorCounter) -> BuiltProvi
         built.closers.append(lambda: mp.shutdown(timeout_millis=2000))
     if span_exporter is not None and settings.traces:
         tp = TracerProvider(resource=resource, shutdown_on_exit=True)
-        tp.add_span_processor(BatchSpanProcessor(
-            CountingSpanExporter(span_exporter, count_error, "exporter_otlp_traces"),
+        tp.add_span_processor(CountingBatchSpanProcessor(
+            CountingSpanExporter(span_exporter, count_error, "exporter_otlp_traces"), count_drop,
             max_queue_size=4096, max_export_batch_size=512,
             schedule_delay_millis=1000, export_timeout_millis=settings.otlp.timeout_seconds * 1000,
         ))
@@ -218,4 +246,28 @@ def _prometheus_reader(settings: Settings, built: BuiltProviders):
         server.server_close()
 
     built.closers.append(close)
-    return PrometheusMetricReader(registry=registry)
+    return _latest_only_reader_class()(registry=registry)
+
+
+def _latest_only_reader_class():
+    from opentelemetry.exporter.prometheus import PrometheusMetricReader
+
+    class LatestOnlyPrometheusMetricReader(PrometheusMetricReader):
+        """Serves only the newest collection on a scrape.
+
+        ``MeterProvider.force_flush()`` (``observed_engine.flush()``, the atexit flush) makes
+        every reader collect; the stock reader queues each such collection and the next
+        scrape yields all of them: the same series several times, older values first, which
+        Prometheus rejects as duplicate samples. Metrics are cumulative, so the newest
+        collection holds everything: older queued ones are dropped.
+        """
+
+        def _receive_metrics(self, metrics_data, timeout_millis: float = 10_000, **kwargs) -> None:
+            if metrics_data is None:
+                return
+            queued = getattr(getattr(self, "_collector", None), "_metrics_datas", None)
+            if queued is not None:
+                queued.clear()
+            super()._receive_metrics(metrics_data, timeout_millis, **kwargs)
+
+    return LatestOnlyPrometheusMetricReader

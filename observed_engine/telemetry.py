@@ -41,7 +41,7 @@ class Telemetry:
         self._publish_pending = False
         self.built: BuiltProviders = BuiltProviders()
         if tracer_provider is None and meter_provider is None and settings.enabled:
-            self.built = build_providers(settings, self.count_error)
+            self.built = build_providers(settings, self.count_error, self.count_drop)
             tracer_provider = self.built.tracer_provider
             meter_provider = self.built.meter_provider
         self.tracer_provider = tracer_provider

@@ -159,6 +159,23 @@ def test_metrics_endpoint_serves_the_catalogue_names_with_exact_values():
     assert info["service_name"] and info["service_instance_id"]
 
 
+def test_flush_does_not_duplicate_series_on_the_next_scrape():
+    """observed_engine.flush() force-flushes the meter provider, which makes every reader collect;
+    the Prometheus reader must not queue that collection for the next scrape (duplicated series
+    with stale values, which Prometheus rejects as duplicate samples)."""
+    port = free_port()
+    eng = observe(ScriptedEngine("flushed"), settings=prom_settings(port))
+    for i in range(3):
+        eng.should_compress(i)
+        assert observed_engine.flush(10)
+    text = http_get(f"http://127.0.0.1:{port}/metrics")
+    series = [line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")]
+    duplicated = sorted({x for x in series if series.count(x) > 1})
+    assert duplicated == []
+    assert sample(scrape(port), "hermes_context_engine_hook_calls_total", engine="flushed",
+                  hook="should_compress", outcome="ok") == 3
+
+
 def test_busy_port_logs_one_warning_and_the_engine_goes_on(caplog):
     caplog.set_level(logging.WARNING, logger="observed_engine")
     with socket.socket() as squatter:
@@ -235,3 +252,7 @@ def test_real_prometheus_scrapes_and_answers_promql(tmp_path, request):
     # and a host write to the engine's state reaches the gauge without any hook call
     eng.last_prompt_tokens = -1
     q('hermes_context_prompt_tokens{engine="promql"}', 0)
+    # no scrape was rejected for duplicate series (flush() above made the reader collect)
+    own = {s.name: s.value for f in text_string_to_metric_families(http_get(prom.url + "/metrics"))
+           for s in f.samples}
+    assert own["prometheus_target_scrapes_sample_duplicate_timestamp_total"] == 0
