@@ -1,0 +1,1 @@
+"""The observed-engine Streamlit dashboard (``streamlit run dashboard/app.py``)."""

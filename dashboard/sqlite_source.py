@@ -1,0 +1,602 @@
+"""The store as a dashboard source: SQL aggregation over ``events``, read-only.
+
+How it stays fast on a million rows (see ``benchmarks/dashboard_bench.py``):
+
+* Everything is aggregated in SQLite; Python only sees per-bucket rows
+  (``CAST(ts / step AS INTEGER) * step``), a few hundred incident rows, the rows
+  of the handful of sessions drawn, and bounded latency samples.
+* Queries go through the store's indexes: ``events_engine_hook_ts`` (engine
+  lists are passed explicitly, so ``engine IN (...) AND hook = ? AND ts`` is an
+  index range; hook call counts are index-only), ``events_session_ts`` (the
+  sawtooth of one session, the session list by loose index scan) and the
+  partial ``events_incidents`` (timeouts, fail-opens).
+* Bucketed aggregates are incremental: the closed part of the range (buckets
+  that ended more than ``LATE_MARGIN_S`` ago) is kept in memory and only the
+  newest buckets are queried on a refresh. Rows that arrive late (a ``ts``
+  before the closed edge, found by ``id > high-water mark``, an O(new rows)
+  rowid range) reopen the buckets from that point on, so results stay exact.
+* Percentiles are exact up to ``PCT_SAMPLE`` calls per group; above that they
+  come from a time-stratified sample of that size (proportional to the
+  per-bucket call counts), drawn through the (engine, hook, ts) index.
+
+The connection is opened with ``mode=ro`` and ``PRAGMA query_only``: the
+dashboard never writes the store.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sqlite3
+import threading
+import time
+from collections import OrderedDict
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import numpy as np
+import pandas as pd
+
+from dashboard.sources import (
+    CAP_CONTENT, CAP_EVENTS, CAP_EXACT, CAP_SESSIONS, COMPRESS_OUTCOMES, INCIDENT_EVENTS,
+    SELECTION_RESULTS, Filters, Source, SourceError, Status,
+)
+
+ALERT_WINDOW_S = 15 * 60          # store-derived alerts look at the last 15 minutes
+NEAR_WINDOW_RATIO = 0.9           # HermesContextNearWindow
+
+
+@dataclass
+class _Entry:
+    lo: float
+    cut: float
+    hwm: int
+    frame: pd.DataFrame
+
+
+class SQLiteSource(Source):
+    kind = "sqlite"
+    capabilities = frozenset({CAP_SESSIONS, CAP_EVENTS, CAP_CONTENT, CAP_EXACT})
+
+    PCT_SAMPLE = 3000       # latency percentiles: exact below, stratified sample above
+    PCT_STRATA = 24
+    LATE_MARGIN_S = 120.0   # buckets younger than this are always re-queried
+    SERIES_RAW_MAX = 4000   # rows of one session drawn as-is; above, bucketed
+    CACHE_ENTRIES = 96
+    PCT_REUSE_S = 30.0      # a sampled percentile is reused this long while counts barely move
+
+    def __init__(self, path: os.PathLike | str) -> None:
+        self.path = str(Path(path).expanduser())
+        self.label = self.path
+        self._local = threading.local()
+        self._pool: List[sqlite3.Connection] = []
+        self._pool_lock = threading.Lock()
+        self._cache: "OrderedDict[tuple, _Entry]" = OrderedDict()
+        self._cache_lock = threading.Lock()
+        self._pct_cache: Dict[tuple, tuple] = {}
+        self.queries = 0              # statements run (tests and the benchmark read it)
+
+    # -- connections ---------------------------------------------------------
+
+    def _open(self) -> sqlite3.Connection:
+        if not os.path.exists(self.path):
+            raise SourceError(f"store {self.path} does not exist yet")
+        from observed_engine.store import connect
+        try:
+            conn = connect(self.path, readonly=True, timeout=2.0)
+            conn.execute("PRAGMA query_only=1")
+        except sqlite3.Error as exc:
+            raise SourceError(f"cannot open store {self.path} read-only: {exc}") from exc
+        return conn
+
+    @contextmanager
+    def snapshot(self) -> Iterator[sqlite3.Connection]:
+        """One read transaction (one consistent snapshot) for everything inside; re-entrant."""
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        with self._pool_lock:
+            conn = self._pool.pop() if self._pool else None
+        if conn is None:
+            conn = self._open()
+        self._local.conn = conn
+        began = False
+        try:
+            try:
+                conn.execute("BEGIN")
+                began = True
+            except sqlite3.Error:
+                pass
+            yield conn
+        finally:
+            self._local.conn = None
+            if began:
+                try:
+                    conn.execute("COMMIT")
+                except sqlite3.Error:
+                    pass
+            with self._pool_lock:
+                if len(self._pool) < 4:
+                    self._pool.append(conn)
+                    conn = None
+            if conn is not None:
+                conn.close()
+
+    def close(self) -> None:
+        with self._pool_lock:
+            for c in self._pool:
+                c.close()
+            self._pool.clear()
+
+    def _rows(self, sql: str, params=()) -> list:
+        with self.snapshot() as conn:
+            self.queries += 1
+            try:
+                return conn.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise SourceError(f"store query failed: {exc}") from exc
+
+    def _frame(self, sql: str, params=()) -> pd.DataFrame:
+        with self.snapshot() as conn:
+            self.queries += 1
+            try:
+                cur = conn.execute(sql, params)
+                rows = cur.fetchall()
+            except sqlite3.Error as exc:
+                raise SourceError(f"store query failed: {exc}") from exc
+            return pd.DataFrame.from_records(rows, columns=[d[0] for d in cur.description])
+
+    # -- status and lists ----------------------------------------------------
+
+    def status(self) -> Status:
+        if not os.path.exists(self.path):
+            return Status("missing", f"No store at {self.path} yet.")
+        try:
+            first, last, count = self._rows(
+                "SELECT (SELECT MIN(ts) FROM events), (SELECT MAX(ts) FROM events), "
+                "(SELECT COUNT(*) FROM events)")[0]
+        except SourceError as exc:
+            return Status("error", str(exc))
+        if first is None:
+            return Status("empty", f"The store at {self.path} has no events yet.", events=0)
+        return Status("ok", "", first_ts=first, last_ts=last, events=count)
+
+    def engines(self, f: Optional[Filters] = None) -> list:
+        # Loose index scan over events_engine_hook_ts: one seek per distinct engine.
+        rows = self._rows(
+            "WITH RECURSIVE e(x) AS (SELECT MIN(engine) FROM events UNION ALL "
+            "SELECT (SELECT MIN(engine) FROM events WHERE engine > e.x) FROM e WHERE e.x IS NOT NULL) "
+            "SELECT x FROM e WHERE x IS NOT NULL")
+        return [r[0] for r in rows]
+
+    def hooks(self, engine: str) -> list:
+        rows = self._rows(
+            "WITH RECURSIVE h(x) AS (SELECT MIN(hook) FROM events WHERE engine = :e UNION ALL "
+            "SELECT (SELECT MIN(hook) FROM events WHERE engine = :e AND hook > h.x) FROM h "
+            "WHERE h.x IS NOT NULL) SELECT x FROM h WHERE x IS NOT NULL", {"e": engine})
+        return [r[0] for r in rows]
+
+    def _engine_list(self, f: Filters) -> list:
+        return list(f.engines) if f.engines else self.engines(f)
+
+    @staticmethod
+    def _in(names: Sequence[str], prefix: str, params: dict) -> str:
+        keys = []
+        for i, n in enumerate(names):
+            k = f"{prefix}{i}"
+            params[k] = n
+            keys.append(":" + k)
+        return "(" + (", ".join(keys) if keys else "NULL") + ")"
+
+    def sessions(self, f: Filters, limit: int = 200) -> pd.DataFrame:
+        # Loose index scan over events_session_ts; per session two index seeks.
+        params: dict = {"lo": f.start, "hi": f.end}
+        df = self._frame(
+            "WITH RECURSIVE s(x) AS (SELECT MIN(session) FROM events UNION ALL "
+            "SELECT (SELECT MIN(session) FROM events WHERE session > s.x) FROM s WHERE s.x IS NOT NULL), "
+            "t AS MATERIALIZED (SELECT x AS session, (SELECT MAX(ts) FROM events WHERE session = s.x AND ts < :hi) AS last_ts "
+            "FROM s WHERE x IS NOT NULL) "
+            "SELECT session, (SELECT engine FROM events WHERE session = t.session AND ts = t.last_ts) AS engine, "
+            "last_ts FROM t WHERE last_ts >= :lo ORDER BY last_ts DESC", params)
+        if f.engines and not df.empty:
+            df = df[df["engine"].isin(f.engines)]
+        return df.head(limit).reset_index(drop=True)
+
+    # -- the incremental bucket cache ---------------------------------------
+
+    def _hwm(self) -> int:
+        return self._rows("SELECT COALESCE(MAX(id), 0) FROM events")[0][0]
+
+    def _bucketed(self, name: str, sql: str, params: dict, f: Filters) -> pd.DataFrame:
+        """Run ``sql`` (columns start with ``b``, the bucket start; placeholders :lo :hi :g)
+        over [f.start, f.end), reusing the cached closed buckets of an earlier call."""
+        g = f.step
+        lo, hi = f.start, f.end
+        cut = math.floor((time.time() - self.LATE_MARGIN_S) / g) * g
+        cut = float(min(max(cut, lo), hi))
+        key = (name, tuple(sorted(params.items())), g)
+
+        def run(a: float, b: float) -> pd.DataFrame:
+            p = dict(params, lo=a, hi=b, g=g)
+            return self._frame(sql, p)
+
+        with self.snapshot():
+            hwm = self._hwm()
+            with self._cache_lock:
+                entry = self._cache.get(key)
+            closed: Optional[pd.DataFrame] = None
+            if entry is not None and entry.lo <= lo < entry.cut:
+                e_cut = entry.cut
+                frame = entry.frame
+                if hwm > entry.hwm:
+                    late = self._rows("SELECT MIN(ts) FROM events WHERE id > ?", (entry.hwm,))[0][0]
+                    if late is not None and late < e_cut:
+                        e_cut = max(entry.lo, math.floor(late / g) * g)
+                        frame = frame[frame["b"] < e_cut]
+                if e_cut > lo:
+                    closed = frame[frame["b"] >= lo]
+                    if cut > e_cut:
+                        closed = _concat([closed, run(e_cut, cut)])
+                    elif cut < e_cut:
+                        closed = closed[closed["b"] < cut]
+            if closed is None:
+                closed = run(lo, cut) if cut > lo else None
+            if closed is not None:
+                with self._cache_lock:
+                    self._cache[key] = _Entry(lo=lo, cut=cut, hwm=hwm, frame=closed)
+                    self._cache.move_to_end(key)
+                    while len(self._cache) > self.CACHE_ENTRIES:
+                        self._cache.popitem(last=False)
+            parts = [closed] if closed is not None else []
+            if hi > cut:
+                parts.append(run(cut, hi))
+            return _concat(parts) if parts else run(lo, lo)
+
+    # -- the sawtooth --------------------------------------------------------
+
+    def usage(self, f: Filters, series: Sequence[str]) -> Tuple[pd.DataFrame, pd.DataFrame]:
+        lines, marks = [], []
+        params_base: dict = {"lo": f.start, "hi": f.end}
+        engine_clause = ""
+        if f.engines:
+            engine_clause = " AND engine IN " + self._in(f.engines, "e", params_base)
+        with self.snapshot():
+            for sess in series:
+                p = dict(params_base, s=sess)
+                n = self._rows("SELECT COUNT(*) FROM events WHERE session = :s AND ts >= :lo AND ts < :hi", p)[0][0]
+                if n <= self.SERIES_RAW_MAX:
+                    df = self._frame(
+                        "SELECT ts, hook, event, outcome, prompt_tokens, threshold_tokens, window_tokens, "
+                        "tokens_before, tokens_after, duration_s FROM events WHERE session = :s AND ts >= :lo "
+                        "AND ts < :hi AND hook IN ('update_from_response', 'compress')" + engine_clause +
+                        " ORDER BY ts", p)
+                    ln = df[df["hook"] == "update_from_response"][
+                        ["ts", "prompt_tokens", "threshold_tokens", "window_tokens"]]
+                    mk = df[df["hook"] == "compress"]
+                else:
+                    g2 = max(1.0, f.span / 1000.0)
+                    ln = self._frame(
+                        "SELECT MAX(ts) AS ts, MAX(prompt_tokens) AS prompt_tokens, MAX(threshold_tokens) AS "
+                        "threshold_tokens, MAX(window_tokens) AS window_tokens FROM events WHERE session = :s "
+                        "AND ts >= :lo AND ts < :hi AND hook = 'update_from_response'" + engine_clause +
+                        " GROUP BY CAST(ts / :g2 AS INTEGER) ORDER BY 1", dict(p, g2=g2))
+                    mk = self._frame(
+                        "SELECT ts, hook, event, outcome, tokens_before, tokens_after, duration_s FROM events "
+                        "WHERE session = :s AND ts >= :lo AND ts < :hi AND hook = 'compress'" + engine_clause +
+                        " ORDER BY ts DESC LIMIT 500", p)
+                ln = ln.assign(series=sess)
+                lines.append(ln)
+                if not mk.empty:
+                    mk = mk.assign(series=sess, outcome=np.where(mk["event"] == "call", mk["outcome"],
+                                                                 np.where(mk["event"] == "deadline_exceeded",
+                                                                          "timeout", mk["event"])))
+                    marks.append(mk[["ts", "series", "outcome", "tokens_before", "tokens_after", "duration_s"]])
+        line_cols = ["ts", "series", "prompt_tokens", "threshold_tokens", "window_tokens"]
+        mark_cols = ["ts", "series", "outcome", "tokens_before", "tokens_after", "duration_s"]
+        lines_df = _concat(lines)[line_cols] if lines else pd.DataFrame(columns=line_cols)
+        marks_df = _concat(marks)[mark_cols] if marks else pd.DataFrame(columns=mark_cols)
+        return lines_df.reset_index(drop=True), marks_df.reset_index(drop=True)
+
+    def usage_now(self, f: Filters, sessions: Sequence[str]) -> pd.DataFrame:
+        """Latest prompt / window of each given session (before f.end)."""
+        out = []
+        with self.snapshot():
+            for sess in sessions:
+                r = self._rows(
+                    "SELECT ts, engine, prompt_tokens, threshold_tokens, window_tokens FROM events "
+                    "WHERE session = ? AND ts < ? AND ts >= ? AND hook = 'update_from_response' "
+                    "ORDER BY ts DESC LIMIT 1", (sess, f.end, f.start))
+                if r:
+                    ts, engine, p, t, w = r[0]
+                    out.append((sess, engine, ts, p, t, w))
+        df = pd.DataFrame(out, columns=["series", "engine", "ts", "prompt_tokens", "threshold_tokens",
+                                        "window_tokens"])
+        df["ratio"] = (df["prompt_tokens"] / df["window_tokens"].where(df["window_tokens"] > 0)).astype(float)
+        return df
+
+    # -- compressions ----------------------------------------------------------
+
+    def compressions(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
+        cols = ["engine", *COMPRESS_OUTCOMES, "host_reported", "late_completion", "total", "p50_s", "p95_s",
+                "p99_s", "tokens_before_avg", "tokens_after_avg", "ratio"]
+        engines = self._engine_list(f)
+        params: dict = {}
+        in_e = self._in(engines, "e", params)
+        sql = (
+            "SELECT CAST(ts / :g AS INTEGER) * :g AS b, engine, "
+            "SUM(event = 'call' AND outcome = 'compressed') AS compressed, "
+            "SUM(event = 'call' AND outcome = 'noop') AS noop, "
+            "SUM(event = 'call' AND outcome = 'error') AS error, "
+            "SUM(event = 'deadline_exceeded' OR (event = 'call' AND outcome = 'timeout')) AS timeout, "
+            "SUM(event = 'host_reported') AS host_reported, "
+            "SUM(event = 'late_completion') AS late_completion, "
+            "SUM(event = 'call' AND duration_s IS NOT NULL) AS calls, "
+            "TOTAL(CASE WHEN event = 'call' AND outcome = 'compressed' THEN tokens_before END) AS tb, "
+            "TOTAL(CASE WHEN event = 'call' AND outcome = 'compressed' THEN tokens_after END) AS ta, "
+            "SUM(event = 'call' AND outcome = 'compressed' AND tokens_before IS NOT NULL) AS tn "
+            f"FROM events WHERE engine IN {in_e} AND hook = 'compress' AND ts >= :lo AND ts < :hi "
+            "GROUP BY engine, b")
+        empty_series = pd.DataFrame(columns=["ts", "engine", "outcome", "count"])
+        with self.snapshot():
+            df = self._bucketed("compress", sql, params, f)
+            if df.empty:
+                return pd.DataFrame(columns=cols), empty_series
+            num = ["compressed", "noop", "error", "timeout", "host_reported", "late_completion", "calls", "tb",
+                   "ta", "tn"]
+            agg: Dict[str, dict] = {}
+            buckets: Dict[str, Dict[float, float]] = {}
+            series_rows = []
+            for row in df.itertuples(index=False):
+                d = row._asdict()
+                a = agg.setdefault(d["engine"], dict.fromkeys(num, 0.0))
+                for k in num:
+                    a[k] += d[k] or 0
+                if d["calls"]:
+                    buckets.setdefault(d["engine"], {})[d["b"]] = d["calls"]
+                for o in COMPRESS_OUTCOMES:
+                    if d[o]:
+                        series_rows.append((d["b"], d["engine"], o, d[o]))
+            out = []
+            for eng in sorted(agg):
+                a = agg[eng]
+                p50, p95, p99 = self._percentiles(eng, "compress", f, buckets.get(eng, {}))
+                out.append((eng, *(int(a[o]) for o in COMPRESS_OUTCOMES), int(a["host_reported"]),
+                            int(a["late_completion"]), int(sum(a[o] for o in COMPRESS_OUTCOMES)), p50, p95, p99,
+                            a["tb"] / a["tn"] if a["tn"] else None, a["ta"] / a["tn"] if a["tn"] else None,
+                            a["ta"] / a["tb"] if a["tb"] else None))
+            series = pd.DataFrame(series_rows, columns=["ts", "engine", "outcome", "count"]) if series_rows \
+                else empty_series
+            return pd.DataFrame(out, columns=cols), series
+
+    # -- select_context ------------------------------------------------------
+
+    def selections(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
+        cols = ["engine", *SELECTION_RESULTS, "total", "churn", "cache_lost_tokens"]
+        engines = self._engine_list(f)
+        params: dict = {}
+        in_e = self._in(engines, "e", params)
+        sums = ", ".join(f"SUM(outcome = '{r}') AS {r}" for r in SELECTION_RESULTS)
+        sql = (f"SELECT CAST(ts / :g AS INTEGER) * :g AS b, engine, {sums}, COUNT(*) AS total, "
+               "TOTAL(cache_lost_tokens) AS cache_lost_tokens "
+               f"FROM events WHERE engine IN {in_e} AND hook = 'select_context' AND event = 'call' "
+               "AND ts >= :lo AND ts < :hi GROUP BY engine, b")
+        df = self._bucketed("select", sql, params, f)
+        empty_series = pd.DataFrame(columns=["ts", "engine", "result", "count"])
+        if df.empty:
+            return pd.DataFrame(columns=cols), empty_series
+        num = [*SELECTION_RESULTS, "total", "cache_lost_tokens"]
+        agg: Dict[str, dict] = {}
+        series_rows = []
+        for row in df.itertuples(index=False):
+            d = row._asdict()
+            a = agg.setdefault(d["engine"], dict.fromkeys(num, 0.0))
+            for k in num:
+                a[k] += d[k] or 0
+            for r in SELECTION_RESULTS:
+                if d[r]:
+                    series_rows.append((d["b"], d["engine"], r, d[r]))
+        out = []
+        for eng in sorted(agg):
+            a = agg[eng]
+            out.append((eng, *(int(a[r]) for r in SELECTION_RESULTS), int(a["total"]),
+                        a["changed_selection"] / a["total"] if a["total"] else None, int(a["cache_lost_tokens"])))
+        series = pd.DataFrame(series_rows, columns=["ts", "engine", "result", "count"]) if series_rows \
+            else empty_series
+        return pd.DataFrame(out, columns=cols), series
+
+    # -- hook latency ----------------------------------------------------------
+
+    def latency(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
+        cols = ["engine", "hook", "calls", "calls_per_s", "errors", "p50_ms", "p95_ms", "p99_ms"]
+        empty = (pd.DataFrame(columns=cols), pd.DataFrame(columns=["ts", "engine", "hook", "calls_per_s"]))
+        with self.snapshot():
+            pairs = [(e, h) for e in self._engine_list(f) for h in self.hooks(e)]
+            if not pairs:
+                return empty
+            params: dict = {}
+            values = []
+            for i, (e, h) in enumerate(pairs):
+                params[f"pe{i}"], params[f"ph{i}"] = e, h
+                values.append(f"(:pe{i}, :ph{i})")
+            # Index-only: one (engine, hook, ts) range count per pair and bucket.
+            counts_sql = (
+                "WITH RECURSIVE bk(b) AS (SELECT :lo UNION ALL SELECT b + :g FROM bk WHERE b + :g < :hi), "
+                f"grp(engine, hook) AS (VALUES {', '.join(values)}) "
+                "SELECT b, engine, hook, n FROM (SELECT bk.b AS b, grp.engine AS engine, grp.hook AS hook, "
+                "(SELECT COUNT(*) FROM events e WHERE e.engine = grp.engine AND e.hook = grp.hook "
+                "AND e.ts >= bk.b AND e.ts < MIN(bk.b + :g, :hi)) AS n FROM grp, bk) WHERE n > 0")
+            counts = self._bucketed("hookcounts", counts_sql, params, f)
+            errors = self._bucketed(
+                "hookerrors",
+                "SELECT CAST(ts / :g AS INTEGER) * :g AS b, engine, hook, COUNT(*) AS errors FROM events "
+                "WHERE ts >= :lo AND ts < :hi AND event = 'call' AND outcome = 'error' GROUP BY b, engine, hook",
+                {}, f)
+            # Non-call rows (fail-open, timeouts, bad input) share the hook name: subtract them.
+            other = self._rows(
+                "SELECT CAST(ts / :g AS INTEGER) * :g AS b, engine, hook, COUNT(*) FROM events "
+                "WHERE event != 'call' AND ts >= :lo AND ts < :hi GROUP BY b, engine, hook",
+                {"lo": f.start, "hi": f.end, "g": f.step})
+            other_map = {(b, e, h): n for b, e, h, n in other}
+            wanted = set(pairs)
+            per: Dict[tuple, Dict[float, float]] = {}
+            series_rows = []
+            for b, e, h, n in counts.itertuples(index=False):
+                calls = n - other_map.get((b, e, h), 0)
+                if calls > 0 and (e, h) in wanted:
+                    per.setdefault((e, h), {})[b] = calls
+                    series_rows.append((b, e, h, calls / float(f.step)))
+            if not per:
+                return empty
+            err: Dict[tuple, int] = {}
+            for b, e, h, n in errors.itertuples(index=False):
+                err[(e, h)] = err.get((e, h), 0) + int(n)
+            span = max(1.0, min(f.end, time.time()) - f.start)
+            out = []
+            for (e, h) in sorted(per):
+                calls = int(sum(per[(e, h)].values()))
+                p = self._percentiles(e, h, f, per[(e, h)])
+                out.append((e, h, calls, calls / span, err.get((e, h), 0),
+                            *(None if v is None else v * 1000.0 for v in p)))
+            return (pd.DataFrame(out, columns=cols),
+                    pd.DataFrame(series_rows, columns=["ts", "engine", "hook", "calls_per_s"]))
+
+    def _percentiles(self, engine: str, hook: str, f: Filters, bucket_counts: Dict[float, float]) -> list:
+        """p50/p95/p99 (seconds) of call durations: exact up to PCT_SAMPLE calls, else from a
+        time-stratified sample of PCT_SAMPLE calls. A large group's result is reused for up to
+        PCT_REUSE_S seconds while its call count moves by less than 5 %."""
+        total = float(sum(bucket_counts.values())) if bucket_counts else 0.0
+        if total <= 0:
+            return [None, None, None]
+        key = (engine, hook, f.span, f.step, f.end - f.start)
+        now = time.monotonic()
+        with self._cache_lock:
+            hit = self._pct_cache.get(key)
+        if hit is not None:
+            at, lo, n, result = hit
+            if (lo == f.start and n == total) or (
+                    total > self.PCT_SAMPLE and now - at < self.PCT_REUSE_S and abs(total - n) <= 0.05 * n):
+                return result
+        base = ("SELECT duration_s FROM events WHERE engine = ? AND hook = ? AND ts >= ? AND ts < ? "
+                "AND event = 'call' AND duration_s IS NOT NULL")
+        if total <= self.PCT_SAMPLE:
+            vals = [r[0] for r in self._rows(base, (engine, hook, f.start, f.end))]
+        else:
+            starts = np.array(sorted(bucket_counts), dtype=float)
+            cum = np.cumsum([bucket_counts[b] for b in starts])
+            strata = min(self.PCT_STRATA, len(starts))
+            # equal-count strata over the buckets, then the same number of rows from each
+            edges = np.searchsorted(cum, np.linspace(0, cum[-1], strata + 1)[1:-1], side="left") + 1
+            bounds = sorted(set([0, *[int(x) for x in edges if x < len(starts)]]))
+            per = max(1, int(self.PCT_SAMPLE / len(bounds)))
+            parts, params = [], []
+            for i, a in enumerate(bounds):
+                t0 = f.start if i == 0 else starts[a]
+                t1 = f.end if i + 1 == len(bounds) else starts[bounds[i + 1]]
+                if t1 <= t0:
+                    continue
+                parts.append(f"SELECT duration_s FROM ({base} ORDER BY ts LIMIT {per})")
+                params.extend((engine, hook, float(t0), float(t1)))
+            vals = [r[0] for r in self._rows(" UNION ALL ".join(parts), params)] if parts else []
+        if not vals:
+            result = [None, None, None]
+        else:
+            result = [float(v) for v in np.percentile(np.asarray(vals, dtype=float), [50, 95, 99],
+                                                      method="inverted_cdf")]
+        with self._cache_lock:
+            self._pct_cache[key] = (now, f.start, total, result)
+            if len(self._pct_cache) > 512:
+                self._pct_cache.clear()
+        return result
+
+    # -- incidents and alerts --------------------------------------------------
+
+    def _incident_where(self, f: Filters, params: dict) -> str:
+        params.update(lo=f.start, hi=f.end)
+        ev = self._in(INCIDENT_EVENTS, "ev", params)
+        # "event != 'call'" lets SQLite use the partial index events_incidents.
+        where = f"event != 'call' AND event IN {ev} AND ts >= :lo AND ts < :hi"
+        if f.engines:
+            where += " AND engine IN " + self._in(f.engines, "e", params)
+        if f.session:
+            params["s"] = f.session
+            where += " AND session = :s"
+        return where
+
+    def incidents(self, f: Filters, limit: int = 500) -> pd.DataFrame:
+        params: dict = {"limit": limit}
+        where = self._incident_where(f, params)
+        return self._frame(
+            "SELECT ts, session, engine, hook, event, reason, duration_s, content FROM events "
+            f"WHERE {where} ORDER BY ts DESC LIMIT :limit", params)
+
+    def incident_counts(self, f: Filters) -> pd.DataFrame:
+        params: dict = {}
+        where = self._incident_where(f, params)
+        return self._frame(
+            "SELECT engine, hook, event, reason, COUNT(*) AS count FROM events "
+            f"WHERE {where} GROUP BY engine, hook, event, reason ORDER BY count DESC", params)
+
+    def alerts(self, f: Filters, now: float) -> pd.DataFrame:
+        """Alerts derived from the store, mirroring deploy/'s rules over the last 15 minutes."""
+        lo = now - ALERT_WINDOW_S
+        recent = Filters(start=lo, end=now + 1, step=f.step, engines=f.engines)
+        rows = []
+        with self.snapshot():
+            inc = self.incident_counts(recent)
+            if not inc.empty:
+                since = self._frame(
+                    "SELECT engine, event, MIN(ts) AS since FROM events WHERE event != 'call' AND ts >= ? "
+                    "GROUP BY engine, event", (lo,))
+                first = {(r.engine, r.event): r.since for r in since.itertuples()}
+                for (engine, event), grp in inc.groupby(["engine", "event"]):
+                    n = int(grp["count"].sum())
+                    if event in ("deadline_exceeded", "host_reported"):
+                        rows.append(("HermesContextCompressionTimeout", "critical", engine,
+                                     f"{n} compression timeout(s) ({event}) in the last 15 min",
+                                     first.get((engine, event))))
+                    elif event == "fail_open":
+                        hooks = ", ".join(sorted(set(grp["hook"].dropna())))
+                        reasons = ", ".join(sorted(set(grp["reason"].dropna())))
+                        rows.append(("HermesContextEngineFailOpen", "warning", engine,
+                                     f"{n} fail-open(s) in {hooks} ({reasons}) in the last 15 min",
+                                     first.get((engine, event))))
+            engines = self._engine_list(f)
+            params: dict = {"lo": lo}
+            in_e = self._in(engines, "e", params)
+            errs = self._rows(
+                f"SELECT engine, COUNT(*), MIN(ts) FROM events WHERE engine IN {in_e} AND hook = 'compress' "
+                "AND ts >= :lo AND event = 'call' AND outcome = 'error' GROUP BY engine", params)
+            for engine, n, since in errs:
+                rows.append(("HermesContextCompressionErrors", "warning", engine,
+                             f"{n} compress() error(s) in the last 15 min", since))
+            near = self._rows(
+                "SELECT engine, session, prompt_tokens, window_tokens, MAX(ts) FROM events "
+                f"WHERE engine IN {in_e} AND hook = 'update_from_response' AND ts >= :lo GROUP BY session",
+                params)
+            for engine, session, p, w, ts in near:
+                if p and w and p >= NEAR_WINDOW_RATIO * w:
+                    rows.append(("HermesContextNearWindow", "warning", engine,
+                                 f"session {session} at {p / w:.0%} of its {w:,} token window", ts))
+        df = pd.DataFrame(rows, columns=["alert", "severity", "engine", "detail", "since"])
+        df.insert(2, "state", "firing")
+        return df
+
+    def content(self, f: Filters, limit: int = 50) -> pd.DataFrame:
+        if not f.session:
+            return pd.DataFrame(columns=["ts", "hook", "content"])
+        return self._frame(
+            "SELECT ts, hook, content FROM events WHERE session = ? AND ts >= ? AND ts < ? "
+            "AND content IS NOT NULL ORDER BY ts DESC LIMIT ?", (f.session, f.start, f.end, limit))
+
+
+def _concat(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
+    frames = [x for x in frames if x is not None]
+    nonempty = [x for x in frames if not x.empty]
+    if not nonempty:
+        return frames[0] if frames else pd.DataFrame()
+    if len(nonempty) == 1:
+        return nonempty[0]
+    return pd.concat(nonempty, ignore_index=True)
