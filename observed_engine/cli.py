@@ -655,6 +655,7 @@ def run_doctor(home: Path) -> Dict[str, Any]:
         try:
             from hermes_cli.config import load_config
             cfg = load_config() or {}
+            checks.add("config", "ok", str(cfg_file))
         except Exception as exc:
             checks.add("config", "fail", f"{cfg_file} cannot be read: {exc}",
                        "fix the YAML syntax (a backup config.yaml.observed-backup-* may help)")
@@ -677,6 +678,14 @@ def run_doctor(home: Path) -> Dict[str, Any]:
     else:
         where = f" ({route_dir})" if route_dir else " (entry point hermes_agent.plugins:observed, plugins.enabled)"
         checks.add("route", "ok", f"{route}{where}")
+        if route_dir is not None:
+            stale = [name for name, text in plugin_source_files().items()
+                     if not (route_dir / name).exists()
+                     or (route_dir / name).read_text(encoding="utf-8") != text]
+            if stale:
+                checks.add("plugin copy", "warn",
+                           f"{route_dir} differs from this observed-engine ({', '.join(stale)})",
+                           "rerun `observed-engine install` to refresh it")
 
     # observed package
     try:
