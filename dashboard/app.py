@@ -12,6 +12,7 @@ Read-only: the store is opened with mode=ro and PRAGMA query_only.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from datetime import datetime, timedelta
@@ -140,10 +141,9 @@ def main_panel(cfg: dict) -> None:
     st.session_state["_status_ok"] = status.ok
     if status.ok and was_ok is False:
         st.rerun()            # the store just appeared: rebuild the sidebar (engines, sessions)
-    head_l, head_r = st.columns([3, 2])
-    head_l.markdown("### Context engine observatory")
+    st.markdown("### Context engine observatory")
     if not status.ok:
-        head_r.caption(f"Checked {datetime.now():%H:%M:%S} · every {cfg['refresh']:g} s")
+        st.caption(f"Checked {datetime.now():%H:%M:%S} · again every {cfg['refresh']:g} s")
         views.render_empty_state(src, status, cfg["refresh"])
         return
     span, end = _span(cfg["range_label"], cfg["custom"], status, now)
@@ -151,9 +151,8 @@ def main_panel(cfg: dict) -> None:
     source_txt = ("SQLite store" if src.kind == "sqlite" else "Prometheus") + f" `{src.label}`"
     if status.events is not None:
         source_txt += f" · {status.events:,} events"
-    head_r.caption(f"{source_txt}  \nUpdated {datetime.now():%H:%M:%S}"
-                   + (f" · live, every {cfg['refresh']:g} s" if cfg["live"] else " · paused")
-                   + f" · range {cfg['range_label'].lower()}")
+    st.caption(f"{source_txt} · {cfg['range_label'].lower()} · updated {datetime.now():%H:%M:%S}"
+               + (f", live every {cfg['refresh']:g} s" if cfg["live"] else ", paused"))
     ctx = views.Ctx(src=src, f=f, now=now, refresh=cfg["refresh"], status=status, max_series=cfg["max_series"],
                     all_engines=cfg["all_engines"])
     snap = getattr(src, "snapshot", None)
@@ -181,8 +180,24 @@ def _panels(ctx) -> None:
             if tab.open is False:          # lazy: only the selected tab queries
                 continue
             views._guard(renderers[name])
+    views.prefetch(ctx.src, ctx.f)         # warm the other tabs in the background
 
 
 st.set_page_config(page_title="Observed context engine", page_icon="📈", layout="wide")
-_cfg = sidebar()
-st.fragment(run_every=_cfg["refresh"] if _cfg["live"] else None)(main_panel)(_cfg)
+st.markdown("<style>[data-testid='stMainBlockContainer']{padding-top:2.2rem;padding-bottom:2rem}</style>",
+            unsafe_allow_html=True)
+def _run() -> None:
+    cfg = sidebar()
+    st.fragment(run_every=cfg["refresh"] if cfg["live"] else None)(main_panel)(cfg)
+
+
+if os.environ.get("OBSERVED_DASHBOARD_PROFILE"):      # debugging aid: cProfile of each run, appended
+    import cProfile
+    import pstats
+
+    _prof = cProfile.Profile()
+    _prof.runcall(_run)
+    with open(os.environ["OBSERVED_DASHBOARD_PROFILE"], "a") as _out:
+        pstats.Stats(_prof, stream=_out).sort_stats("cumulative").print_stats(60)
+else:
+    _run()

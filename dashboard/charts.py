@@ -1,159 +1,233 @@
-"""Altair charts of the dashboard. Inputs are the small frames the sources return."""
+"""Vega-Lite charts of the dashboard, built as plain spec dicts.
+
+Plain dicts (drawn with ``st.vega_lite_chart``) instead of Altair objects: the
+Altair layer validates every spec against the Vega-Lite JSON schema, which cost
+~0.3 s per chart on the benchmark machine; a dict costs nothing. Data goes in
+``spec["datasets"]`` as DataFrames (Streamlit ships them as Arrow).
+
+Inputs are the small frames the sources return; times are epoch seconds (``ts``)
+and are drawn as epoch milliseconds, so the browser shows its local time.
+"""
 
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
-import altair as alt
 import numpy as np
 import pandas as pd
 
 from dashboard.sources import COMPRESS_OUTCOMES, SELECTION_RESULTS
 
-OUTCOME_COLORS = {
-    "compressed": "#2e9d5b", "noop": "#9aa5b1", "error": "#d64545", "timeout": "#f0a030",
-}
-RESULT_COLORS = {
-    "unchanged": "#9aa5b1", "same_selection": "#5b8def", "changed_selection": "#f0a030", "fail_open": "#d64545",
-}
+OUTCOME_COLORS = {"compressed": "#2e9d5b", "noop": "#9aa5b1", "error": "#d64545", "timeout": "#f0a030"}
+RESULT_COLORS = {"unchanged": "#9aa5b1", "same_selection": "#5b8def", "changed_selection": "#f0a030",
+                 "fail_open": "#d64545"}
 MEASURE_COLORS = {"prompt tokens": "#3566c8", "threshold": "#e8833a", "window": "#6b7280"}
-
+QUANTILE_COLORS = {"p50": "#8fb8f5", "p95": "#3566c8", "p99": "#0a2d6e"}
+PAIR_COLORS = ["#3566c8", "#e8833a"]
 HEIGHT = 240
-
-
-def _scale(mapping: dict, domain: Sequence[str]) -> alt.Scale:
-    return alt.Scale(domain=list(domain), range=[mapping[d] for d in domain])
-
-
-def time_axis(span_s: float) -> alt.Axis:
-    if span_s <= 20 * 60:
-        fmt = "%H:%M:%S"
-    elif span_s <= 2 * 86400:
-        fmt = "%H:%M"
-    else:
-        fmt = "%b %d %H:%M"
-    return alt.Axis(format=fmt, labelOverlap=True, title=None)
-
-
-def time_x(span_s: float, domain: Optional[Sequence] = None) -> alt.X:
-    """A temporal x; ``domain`` (two naive local datetimes) pins it to the selected range."""
-    scale = alt.Scale(domain=[d.isoformat() for d in domain]) if domain is not None else alt.Undefined
-    return alt.X("time:T", axis=time_axis(span_s), scale=scale)
-
 
 SAWTOOTH_LEGEND = (
     ":blue[**━** prompt tokens]  :orange[**╍** compression threshold]  :gray[**┈** context window]  "
     "▼ compress(): :green[compressed] · :gray[noop] · :red[error] · :orange[timeout]"
 )
 
+_SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
+
+
+def _scale(mapping: dict, domain: Sequence[str]) -> dict:
+    return {"domain": list(domain), "range": [mapping[d] for d in domain]}
+
+
+def _legend(**kw) -> dict:
+    return {"orient": "top", "title": None, **kw}
+
+
+def _ms(ts) -> pd.Series:
+    return pd.to_numeric(pd.Series(ts), errors="coerce").astype(float) * 1000.0
+
+
+def time_format(span_s: float) -> str:
+    if span_s <= 20 * 60:
+        return "%H:%M:%S"
+    if span_s <= 2 * 86400:
+        return "%H:%M"
+    return "%b %d %H:%M"
+
+
+def time_x(span_s: float, domain: Optional[Sequence[float]] = None, field: str = "t") -> dict:
+    """A temporal x over epoch milliseconds; ``domain`` (epoch seconds) pins it to the selected range."""
+    x = {"field": field, "type": "temporal", "title": None,
+         "axis": {"format": time_format(span_s), "labelOverlap": True, "tickCount": 8}}
+    if domain is not None:
+        x["scale"] = {"domain": [float(domain[0]) * 1000.0, float(domain[1]) * 1000.0]}
+    return x
+
+
+def _spec(**kw) -> dict:
+    spec = {"$schema": _SCHEMA, **kw}
+    return spec
+
+
+def _clean(df: pd.DataFrame) -> pd.DataFrame:
+    """Arrow-friendly: plain floats/strings, no object columns of mixed None/NaN."""
+    out = df.copy()
+    for c in out.columns:
+        if out[c].dtype == object:
+            if c in ("engine", "hook", "series", "outcome", "result", "measure", "quantile", "label", "o"):
+                out[c] = out[c].astype(str)
+            else:
+                out[c] = pd.to_numeric(out[c], errors="coerce")
+    return out
+
+
+# --- the sawtooth --------------------------------------------------------------
 
 def sawtooth(lines: pd.DataFrame, marks: pd.DataFrame, title: str = "", height: int = 220,
-             span_s: float = 3600.0) -> alt.Chart:
+             span_s: float = 3600.0) -> dict:
     """Prompt tokens against threshold and window of one series, compressions marked.
-
     No legend (the page shows ``SAWTOOTH_LEGEND`` once above the grid)."""
-    long = lines.melt(id_vars=["time"], value_vars=["prompt_tokens", "threshold_tokens", "window_tokens"],
-                      var_name="measure", value_name="tokens").dropna(subset=["tokens"])
-    long["measure"] = long["measure"].map({"prompt_tokens": "prompt tokens", "threshold_tokens": "threshold",
-                                           "window_tokens": "window"})
-    domain = list(MEASURE_COLORS)
-    t = pd.concat([lines["time"], marks["time"]]) if marks is not None and not marks.empty else lines["time"]
-    extent = (t.max() - t.min()).total_seconds() if len(t) else span_s
-    x = alt.X("time:T", axis=time_axis(extent or span_s))
-    line = alt.Chart(long).mark_line(interpolate="step-after", strokeWidth=2).encode(
-        x=x,
-        y=alt.Y("tokens:Q", title=None, axis=alt.Axis(format="~s")),
-        color=alt.Color("measure:N", scale=_scale(MEASURE_COLORS, domain), legend=None),
-        strokeDash=alt.StrokeDash("measure:N", scale=alt.Scale(domain=domain, range=[[1, 0], [6, 4], [2, 3]]),
-                                  legend=None),
-        tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), "measure:N", alt.Tooltip("tokens:Q", format=",")],
-    )
-    layers = [line]
-    if marks is not None and not marks.empty:
-        m = marks.copy()
-        # where the prompt stood when compress() ran (a timeout or a noop has no "after")
-        m = m.sort_values("time")
-        ref = lines[["time", "prompt_tokens"]].dropna().sort_values("time")
-        if not ref.empty:
-            m = pd.merge_asof(m, ref.rename(columns={"prompt_tokens": "_prompt"}), on="time", direction="backward")
-        else:
-            m["_prompt"] = None
-        m["y"] = m["tokens_before"].where(m["tokens_before"].notna(), m["_prompt"]).fillna(0)
-        m["outcome_"] = m["outcome"].astype(str)
-        rule = alt.Chart(m).mark_rule(strokeDash=[2, 3], opacity=0.45).encode(
-            x=x, color=alt.Color("outcome_:N", scale=_scale(OUTCOME_COLORS, COMPRESS_OUTCOMES), legend=None))
-        pts = alt.Chart(m).mark_point(shape="triangle-down", size=150, filled=True, opacity=1).encode(
-            x=x, y="y:Q",
-            color=alt.Color("outcome_:N", scale=_scale(OUTCOME_COLORS, COMPRESS_OUTCOMES), legend=None),
-            tooltip=[alt.Tooltip("time:T", format="%H:%M:%S"), alt.Tooltip("outcome_:N", title="outcome"),
-                     alt.Tooltip("tokens_before:Q", format=","), alt.Tooltip("tokens_after:Q", format=","),
-                     alt.Tooltip("duration_s:Q", format=".2f", title="seconds")],
-        )
-        layers += [rule, pts]
-    chart = alt.layer(*layers).resolve_scale(color="independent").properties(height=height)
+    lines = lines.sort_values("ts")
+    ts = pd.to_numeric(lines["ts"], errors="coerce").to_numpy(dtype=float)
+    vals = [pd.to_numeric(lines[c], errors="coerce").to_numpy(dtype=float)
+            for c in ("prompt_tokens", "threshold_tokens", "window_tokens")]
+    names = list(MEASURE_COLORS)
+    t_long = np.concatenate([ts, ts, ts]) * 1000.0
+    tok = np.concatenate(vals)
+    keep = ~np.isnan(tok)
+    long = pd.DataFrame({"t": t_long[keep], "measure": np.repeat(names, len(ts))[keep], "tokens": tok[keep]})
+    m_ts = pd.to_numeric(marks["ts"], errors="coerce").to_numpy(dtype=float) if marks is not None and \
+        not marks.empty else np.array([])
+    t_all = np.concatenate([ts, m_ts])
+    extent = float(t_all.max() - t_all.min()) if len(t_all) else span_s
+    x = time_x(extent or span_s)
+    layers = [{
+        "data": {"name": "lines"},
+        "mark": {"type": "line", "interpolate": "step-after", "strokeWidth": 2},
+        "encoding": {
+            "x": x,
+            "y": {"field": "tokens", "type": "quantitative", "title": None, "axis": {"format": "~s"}},
+            "color": {"field": "measure", "type": "nominal", "scale": _scale(MEASURE_COLORS, names),
+                      "legend": None},
+            "strokeDash": {"field": "measure", "type": "nominal", "legend": None,
+                           "scale": {"domain": names, "range": [[1, 0], [6, 4], [2, 3]]}},
+            "tooltip": [{"field": "t", "type": "temporal", "format": "%H:%M:%S", "title": "time"},
+                        {"field": "measure", "type": "nominal"},
+                        {"field": "tokens", "type": "quantitative", "format": ","}],
+        },
+    }]
+    datasets = {"lines": long}
+    if len(m_ts):
+        before = pd.to_numeric(marks["tokens_before"], errors="coerce").to_numpy(dtype=float)
+        # where the prompt stood when compress() ran (a timeout has no "before")
+        idx = np.searchsorted(ts, m_ts, side="right") - 1
+        prompt_at = np.where(idx >= 0, vals[0][np.clip(idx, 0, max(len(ts) - 1, 0))] if len(ts) else np.nan,
+                             np.nan)
+        y = np.where(np.isnan(before), prompt_at, before)
+        m = pd.DataFrame({
+            "t": m_ts * 1000.0, "y": np.nan_to_num(y, nan=0.0), "o": marks["outcome"].astype(str).to_numpy(),
+            "tokens_before": before,
+            "tokens_after": pd.to_numeric(marks["tokens_after"], errors="coerce").to_numpy(dtype=float),
+            "duration_s": pd.to_numeric(marks["duration_s"], errors="coerce").to_numpy(dtype=float),
+        })
+        color = {"field": "o", "type": "nominal", "scale": _scale(OUTCOME_COLORS, COMPRESS_OUTCOMES),
+                 "legend": None}
+        layers.append({"data": {"name": "marks"}, "mark": {"type": "rule", "strokeDash": [2, 3], "opacity": 0.45},
+                       "encoding": {"x": x, "color": color}})
+        layers.append({
+            "data": {"name": "marks"},
+            "mark": {"type": "point", "shape": "triangle-down", "size": 150, "filled": True, "opacity": 1},
+            "encoding": {
+                "x": x, "y": {"field": "y", "type": "quantitative"}, "color": color,
+                "tooltip": [{"field": "t", "type": "temporal", "format": "%H:%M:%S", "title": "time"},
+                            {"field": "o", "type": "nominal", "title": "outcome"},
+                            {"field": "tokens_before", "type": "quantitative", "format": ","},
+                            {"field": "tokens_after", "type": "quantitative", "format": ","},
+                            {"field": "duration_s", "type": "quantitative", "format": ".2f", "title": "seconds"}],
+            },
+        })
+        datasets["marks"] = m
+    spec = _spec(height=height, layer=layers, resolve={"scale": {"color": "independent"}}, datasets=datasets)
     if title:
-        chart = chart.properties(title=alt.TitleParams(title, anchor="start", fontSize=13, fontWeight="normal"))
-    return chart
+        spec["title"] = {"text": title, "anchor": "start", "fontSize": 13, "fontWeight": "normal"}
+    return spec
 
+
+# --- bars and lines ----------------------------------------------------------------
 
 def stacked_bars_over_time(df: pd.DataFrame, category: str, colors: dict, domain: Sequence[str], step: int,
-                           y_title: str = "count", height: int = HEIGHT, span_s: float = 3600.0,
-                           x_domain: Optional[Sequence] = None) -> alt.Chart:
+                           height: int = HEIGHT, span_s: float = 3600.0,
+                           x_domain: Optional[Sequence[float]] = None) -> dict:
+    """Counts per bucket, stacked by ``category``; ``df`` is [ts, engine, <category>, count]."""
     d = df.copy()
-    d["time_end"] = d["time"] + pd.to_timedelta(step, unit="s")
-    return alt.Chart(d).mark_bar(opacity=0.9).encode(
-        x=time_x(span_s, x_domain),
-        x2="time_end:T",
-        y=alt.Y("sum(count):Q", title=y_title, stack="zero"),
-        color=alt.Color(f"{category}:N", scale=_scale(colors, domain), legend=alt.Legend(orient="top", title=None)),
-        tooltip=[alt.Tooltip("time:T", format="%Y-%m-%d %H:%M"), f"{category}:N", "engine:N",
-                 alt.Tooltip("sum(count):Q", format=",.0f", title="count")],
-    ).properties(height=height)
+    d["t"] = _ms(d["ts"]).to_numpy()
+    d["t2"] = d["t"] + step * 1000.0
+    return _spec(
+        height=height, data={"name": "d"}, datasets={"d": _clean(d[["t", "t2", "engine", category, "count"]])},
+        mark={"type": "bar", "opacity": 0.9},
+        encoding={
+            "x": time_x(span_s, x_domain), "x2": {"field": "t2"},
+            "y": {"aggregate": "sum", "field": "count", "type": "quantitative", "title": "count", "stack": "zero"},
+            "color": {"field": category, "type": "nominal", "scale": _scale(colors, domain), "legend": _legend()},
+            "tooltip": [{"field": "t", "type": "temporal", "format": "%Y-%m-%d %H:%M", "title": "from"},
+                        {"field": category, "type": "nominal"}, {"field": "engine", "type": "nominal"},
+                        {"aggregate": "sum", "field": "count", "type": "quantitative", "format": ",.0f",
+                         "title": "count"}],
+        })
 
 
 def outcome_bars(df: pd.DataFrame, category: str, colors: dict, domain: Sequence[str],
-                 normalize: bool = False) -> alt.Chart:
+                 normalize: bool = False) -> dict:
     """Horizontal stacked bars per engine; ``df`` is long: [engine, <category>, count]."""
-    return alt.Chart(df).mark_bar().encode(
-        y=alt.Y("engine:N", title=None),
-        x=alt.X("count:Q", stack="normalize" if normalize else "zero",
-                title="share" if normalize else "count",
-                axis=alt.Axis(format="%") if normalize else alt.Axis(format=",d", tickMinStep=1)),
-        color=alt.Color(f"{category}:N", scale=_scale(colors, domain), legend=alt.Legend(orient="top", title=None)),
-        order=alt.Order(f"{category}_order:Q"),
-        tooltip=["engine:N", f"{category}:N", alt.Tooltip("count:Q", format=",")],
-    ).transform_calculate(**{f"{category}_order": _order_expr(category, domain)}).properties(
-        height=alt.Step(34))
-
-
-def _order_expr(field: str, domain: Sequence[str]) -> str:
-    expr = str(len(domain))
-    for i, v in reversed(list(enumerate(domain))):
-        expr = f"datum.{field} === '{v}' ? {i} : ({expr})"
-    return expr
+    d = df.copy()
+    order = {v: i for i, v in enumerate(domain)}
+    d["order"] = d[category].map(order).fillna(len(domain))
+    axis = {"format": "%"} if normalize else {"format": ",d", "tickMinStep": 1}
+    return _spec(
+        height={"step": 34}, data={"name": "d"}, datasets={"d": _clean(d[["engine", category, "count", "order"]])},
+        mark={"type": "bar"},
+        encoding={
+            "y": {"field": "engine", "type": "nominal", "title": None},
+            "x": {"field": "count", "type": "quantitative", "stack": "normalize" if normalize else "zero",
+                  "title": "share" if normalize else "count", "axis": axis},
+            "color": {"field": category, "type": "nominal", "scale": _scale(colors, domain),
+                      "legend": _legend(columns=2, labelLimit=200)},
+            "order": {"field": "order", "type": "quantitative"},
+            "tooltip": [{"field": "engine", "type": "nominal"}, {"field": category, "type": "nominal"},
+                        {"field": "count", "type": "quantitative", "format": ","}],
+        })
 
 
 def lines_over_time(df: pd.DataFrame, y: str, color: str, y_title: str, fmt: str = ",.2f",
                     dash: Optional[str] = None, height: int = HEIGHT, y_format: str = ",~g",
-                    span_s: float = 3600.0, x_domain: Optional[Sequence] = None) -> alt.Chart:
-    enc = dict(
-        x=time_x(span_s, x_domain),
-        y=alt.Y(f"{y}:Q", title=y_title, axis=alt.Axis(format=y_format)),
-        color=alt.Color(f"{color}:N", legend=alt.Legend(orient="top", title=None)),
-        tooltip=[alt.Tooltip("time:T", format="%Y-%m-%d %H:%M"), f"{color}:N",
-                 alt.Tooltip(f"{y}:Q", format=fmt)],
-    )
+                    span_s: float = 3600.0, x_domain: Optional[Sequence[float]] = None) -> dict:
+    d = df.copy()
+    d["t"] = _ms(d["ts"]).to_numpy()
+    cols = ["t", y, color] + ([dash] if dash and dash != color else [])
+    x = time_x(span_s)          # (an explicit scale domain collapses line marks in Streamlit's Vega)
+    enc = {
+        "x": x,
+        "y": {"field": y, "type": "quantitative", "title": y_title, "axis": {"format": y_format}},
+        "color": {"field": color, "type": "nominal", "legend": _legend()},
+        "tooltip": [{"field": "t", "type": "temporal", "format": "%Y-%m-%d %H:%M", "title": "time"},
+                    {"field": color, "type": "nominal"}, {"field": y, "type": "quantitative", "format": fmt}],
+    }
     if dash:
-        enc["strokeDash"] = alt.StrokeDash(f"{dash}:N", legend=alt.Legend(orient="top", title=None))
-        enc["tooltip"].insert(1, f"{dash}:N")
-    return alt.Chart(df).mark_line(point=alt.OverlayMarkDef(size=18), interpolate="linear", strokeWidth=1.6
-                                   ).encode(**enc).properties(height=height)
+        enc["strokeDash"] = {"field": dash, "type": "nominal", "legend": _legend()}
+        enc["tooltip"].insert(1, {"field": dash, "type": "nominal"})
+    layers = [{"data": {"name": "d"},
+               "mark": {"type": "line", "interpolate": "linear", "strokeWidth": 1.6, "point": {"size": 18}},
+               "encoding": enc}]
+    datasets = {"d": _clean(d[cols])}
+    if x_domain is not None:
+        # an invisible point at each end of the selected range pins the x axis to it
+        datasets["extent"] = pd.DataFrame({"t": [float(x_domain[0]) * 1000.0, float(x_domain[1]) * 1000.0]})
+        layers.append({"data": {"name": "extent"}, "mark": {"type": "point", "opacity": 0},
+                       "encoding": {"x": x}})
+    return _spec(height=height, layer=layers, datasets=datasets)
 
 
-QUANTILE_COLORS = {"p50": "#8fb8f5", "p95": "#3566c8", "p99": "#0a2d6e"}
-
-
-def latency_dots(df: pd.DataFrame, color_by: Optional[str] = None) -> alt.Chart:
+def latency_dots(df: pd.DataFrame, color_by: Optional[str] = None, order: Optional[Sequence[str]] = None) -> dict:
     """p50 / p95 / p99 per hook on a log axis: a p50-p99 rule and a dot per quantile.
     ``df`` is [engine, hook, p50_ms, p95_ms, p99_ms]."""
     d = df.dropna(subset=["p50_ms", "p99_ms"]).copy()
@@ -163,27 +237,37 @@ def latency_dots(df: pd.DataFrame, color_by: Optional[str] = None) -> alt.Chart:
     long = d.melt(id_vars=["engine", "hook", "label"], value_vars=["p50_ms", "p95_ms", "p99_ms"],
                   var_name="quantile", value_name="ms")
     long["quantile"] = long["quantile"].str.replace("_ms", "", regex=False)
-    y = alt.Y("label:N", title=None, sort=alt.SortField("label"), axis=alt.Axis(labelLimit=320))
-    x_scale = alt.Scale(type="log")
+    long = long[long["ms"] > 0]
     lo = float(long["ms"].min()) if len(long) else 0.001
     hi = float(long["ms"].max()) if len(long) else 1000.0
-    ticks = [10.0 ** k for k in range(int(np.floor(np.log10(max(lo, 1e-6)))),
-                                      int(np.ceil(np.log10(max(hi, 1e-6)))) + 1)]
-    x_axis = alt.Axis(values=ticks, format="~g", title="milliseconds (log)")
-    offset = {"yOffset": alt.YOffset("engine:N")} if color_by else {}
-    rule = alt.Chart(d).mark_rule(strokeWidth=2, opacity=0.5, color="#9aa5b1").encode(
-        y=y, x=alt.X("p50_ms:Q", scale=x_scale, axis=x_axis), x2="p99_ms:Q", **offset)
+    ticks = [10.0 ** k for k in range(int(math.floor(math.log10(max(lo, 1e-6)))),
+                                      int(math.ceil(math.log10(max(hi, 1e-6)))) + 1)]
+    x_axis = {"values": ticks, "format": "~g", "title": "milliseconds (log)"}
+    y = {"field": "label", "type": "nominal", "title": None, "sort": "ascending", "axis": {"labelLimit": 320}}
+    offset = {"yOffset": {"field": "engine", "type": "nominal"}} if color_by else {}
+    rule = {"data": {"name": "ranges"}, "mark": {"type": "rule", "strokeWidth": 2, "opacity": 0.5,
+                                                 "color": "#9aa5b1"},
+            "encoding": {"y": y, "x": {"field": "p50_ms", "type": "quantitative", "scale": {"type": "log"},
+                                       "axis": x_axis},
+                         "x2": {"field": "p99_ms"}, **offset}}
     if color_by:
-        color = alt.Color(f"{color_by}:N", scale=alt.Scale(range=["#3566c8", "#e8833a"]),
-                          legend=alt.Legend(orient="top", title=None))
-        shape = alt.Shape("quantile:N", scale=alt.Scale(domain=["p50", "p95", "p99"],
-                                                        range=["circle", "diamond", "triangle-right"]),
-                          legend=alt.Legend(orient="top", title=None))
+        scale = {"range": PAIR_COLORS}
+        if order:
+            scale["domain"] = list(order)
+        color = {"field": color_by, "type": "nominal", "scale": scale, "legend": _legend()}
+        shape = {"field": "quantile", "type": "nominal", "legend": _legend(),
+                 "scale": {"domain": ["p50", "p95", "p99"], "range": ["circle", "diamond", "triangle-right"]}}
     else:
-        color = alt.Color("quantile:N", scale=_scale(QUANTILE_COLORS, ["p50", "p95", "p99"]),
-                          legend=alt.Legend(orient="top", title=None))
-        shape = alt.value("circle")
-    dots = alt.Chart(long).mark_point(filled=True, size=70, opacity=1).encode(
-        y=y, x=alt.X("ms:Q", scale=x_scale, axis=x_axis), color=color, shape=shape,
-        tooltip=["engine:N", "hook:N", "quantile:N", alt.Tooltip("ms:Q", format=",.3f")], **offset)
-    return alt.layer(rule, dots).properties(height=alt.Step(40 if color_by else 30))
+        color = {"field": "quantile", "type": "nominal", "scale": _scale(QUANTILE_COLORS, ["p50", "p95", "p99"]),
+                 "legend": _legend()}
+        shape = {"value": "circle"}
+    dots = {"data": {"name": "dots"}, "mark": {"type": "point", "filled": True, "size": 70, "opacity": 1},
+            "encoding": {"y": y, "x": {"field": "ms", "type": "quantitative", "scale": {"type": "log"},
+                                       "axis": x_axis},
+                         "color": color, "shape": shape,
+                         "tooltip": [{"field": "engine", "type": "nominal"}, {"field": "hook", "type": "nominal"},
+                                     {"field": "quantile", "type": "nominal"},
+                                     {"field": "ms", "type": "quantitative", "format": ",.3f"}], **offset}}
+    return _spec(height={"step": 40 if color_by else 30}, layer=[rule, dots],
+                 datasets={"ranges": _clean(d[["engine", "hook", "label", "p50_ms", "p99_ms"]]),
+                           "dots": _clean(long[["engine", "hook", "label", "quantile", "ms"]])})

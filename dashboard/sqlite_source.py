@@ -31,6 +31,7 @@ import sqlite3
 import threading
 import time
 from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,8 @@ class SQLiteSource(Source):
     SERIES_RAW_MAX = 4000   # rows of one session drawn as-is; above, bucketed
     CACHE_ENTRIES = 96
     PCT_REUSE_S = 30.0      # a sampled percentile is reused this long while counts barely move
+    WORKERS = 2             # cold range queries run on this many connections at once
+    SPLIT_MIN_BUCKETS = 24
 
     def __init__(self, path: os.PathLike | str) -> None:
         self.path = str(Path(path).expanduser())
@@ -76,6 +79,10 @@ class SQLiteSource(Source):
         self._cache: "OrderedDict[tuple, _Entry]" = OrderedDict()
         self._cache_lock = threading.Lock()
         self._pct_cache: Dict[tuple, tuple] = {}
+        self._sess_cache: "OrderedDict[tuple, tuple]" = OrderedDict()
+        self._late_memo: Dict[tuple, Optional[float]] = {}
+        self._flights: Dict[tuple, threading.Lock] = {}
+        self._sessions_state: Optional[tuple] = None     # (hwm, {session: (last_ts, engine)})
         self.queries = 0              # statements run (tests and the benchmark read it)
 
     # -- connections ---------------------------------------------------------
@@ -192,23 +199,81 @@ class SQLiteSource(Source):
         return "(" + (", ".join(keys) if keys else "NULL") + ")"
 
     def sessions(self, f: Filters, limit: int = 200) -> pd.DataFrame:
-        # Loose index scan over events_session_ts; per session two index seeks.
-        params: dict = {"lo": f.start, "hi": f.end}
-        df = self._frame(
-            "WITH RECURSIVE s(x) AS (SELECT MIN(session) FROM events UNION ALL "
-            "SELECT (SELECT MIN(session) FROM events WHERE session > s.x) FROM s WHERE s.x IS NOT NULL), "
-            "t AS MATERIALIZED (SELECT x AS session, (SELECT MAX(ts) FROM events WHERE session = s.x AND ts < :hi) AS last_ts "
-            "FROM s WHERE x IS NOT NULL) "
-            "SELECT session, (SELECT engine FROM events WHERE session = t.session AND ts = t.last_ts) AS engine, "
-            "last_ts FROM t WHERE last_ts >= :lo ORDER BY last_ts DESC", params)
-        if f.engines and not df.empty:
-            df = df[df["engine"].isin(f.engines)]
-        return df.head(limit).reset_index(drop=True)
+        """Sessions with events in [start, end), most recent first: [session, engine, last_ts].
+
+        Cold: a loose index scan over events_session_ts (one seek per distinct
+        session). Live (the range ends now): kept in memory and updated from the
+        rows added since (a rowid range)."""
+        cols = ["session", "engine", "last_ts"]
+        with self.snapshot():
+            hwm = self._hwm()
+            live = f.end >= time.time() - 1.0
+            with self._cache_lock:
+                state = self._sessions_state
+            if live and state is not None and state[0] <= hwm:
+                old_hwm, known = state
+                if hwm > old_hwm:
+                    known = dict(known)
+                    for sess, ts, engine in self._rows(
+                            "SELECT session, MAX(+ts), engine FROM events WHERE id > ? AND id <= ? "
+                            "AND session IS NOT NULL GROUP BY +session", (old_hwm, hwm)):
+                        if sess not in known or ts >= known[sess][0]:
+                            known[sess] = (ts, engine)
+            else:
+                known = {sess: (ts, engine) for sess, engine, ts in self._rows(
+                    "WITH RECURSIVE s(x) AS (SELECT MIN(session) FROM events UNION ALL "
+                    "SELECT (SELECT MIN(session) FROM events WHERE session > s.x) FROM s WHERE s.x IS NOT NULL), "
+                    "t AS MATERIALIZED (SELECT x AS session, (SELECT MAX(ts) FROM events WHERE session = s.x "
+                    "AND ts < :hi) AS last_ts FROM s WHERE x IS NOT NULL) "
+                    "SELECT session, (SELECT engine FROM events WHERE session = t.session AND ts = t.last_ts), "
+                    "last_ts FROM t WHERE last_ts IS NOT NULL", {"hi": f.end})}
+            if live:
+                with self._cache_lock:
+                    self._sessions_state = (hwm, known)
+        rows = [(sess, engine, ts) for sess, (ts, engine) in known.items()
+                if ts is not None and f.start <= ts < f.end and (not f.engines or engine in f.engines)]
+        rows.sort(key=lambda r: r[2], reverse=True)
+        return pd.DataFrame(rows[:limit], columns=cols)
 
     # -- the incremental bucket cache ---------------------------------------
 
+    def _single_flight(self, key: tuple) -> threading.Lock:
+        """One computation per cache key at a time: a tab opened while the background prefetch
+        is computing the same aggregate waits for it and then reads only the newest buckets."""
+        with self._cache_lock:
+            lock = self._flights.get(key)
+            if lock is None:
+                if len(self._flights) > 4 * self.CACHE_ENTRIES:
+                    self._flights = {k: v for k, v in self._flights.items() if v.locked()}
+                lock = self._flights[key] = threading.Lock()
+        return lock
+
+    def _run_split(self, run, lo: float, cut: float, g: int) -> pd.DataFrame:
+        """A cold (long) range: split at a bucket edge and query both halves on two connections
+        at once (SQLite releases the GIL; the machine has two cores)."""
+        n = int((cut - lo) // g)
+        if n < self.SPLIT_MIN_BUCKETS or self.WORKERS < 2:
+            return run(lo, cut)
+        edges = [lo + (n * i // self.WORKERS) * g for i in range(self.WORKERS)] + [cut]
+        parts = list(_pool().map(lambda ab: run(*ab), zip(edges[:-1], edges[1:])))
+        return _concat(parts)
+
     def _hwm(self) -> int:
         return self._rows("SELECT COALESCE(MAX(id), 0) FROM events")[0][0]
+
+    def _min_ts_since(self, old_hwm: int, hwm: int) -> Optional[float]:
+        """Smallest ts among rows added since ``old_hwm``: a rowid range, O(new rows).
+        (``+ts`` keeps SQLite from walking the whole ts index for MIN.)"""
+        key = (old_hwm, hwm)
+        with self._cache_lock:
+            if key in self._late_memo:
+                return self._late_memo[key]
+        v = self._rows("SELECT MIN(+ts) FROM events WHERE id > ? AND id <= ?", (old_hwm, hwm))[0][0]
+        with self._cache_lock:
+            if len(self._late_memo) > 256:
+                self._late_memo.clear()
+            self._late_memo[key] = v
+        return v
 
     def _bucketed(self, name: str, sql: str, params: dict, f: Filters) -> pd.DataFrame:
         """Run ``sql`` (columns start with ``b``, the bucket start; placeholders :lo :hi :g)
@@ -223,7 +288,7 @@ class SQLiteSource(Source):
             p = dict(params, lo=a, hi=b, g=g)
             return self._frame(sql, p)
 
-        with self.snapshot():
+        with self.snapshot(), self._single_flight(key):
             hwm = self._hwm()
             with self._cache_lock:
                 entry = self._cache.get(key)
@@ -232,7 +297,7 @@ class SQLiteSource(Source):
                 e_cut = entry.cut
                 frame = entry.frame
                 if hwm > entry.hwm:
-                    late = self._rows("SELECT MIN(ts) FROM events WHERE id > ?", (entry.hwm,))[0][0]
+                    late = self._min_ts_since(entry.hwm, hwm)
                     if late is not None and late < e_cut:
                         e_cut = max(entry.lo, math.floor(late / g) * g)
                         frame = frame[frame["b"] < e_cut]
@@ -242,8 +307,8 @@ class SQLiteSource(Source):
                         closed = _concat([closed, run(e_cut, cut)])
                     elif cut < e_cut:
                         closed = closed[closed["b"] < cut]
-            if closed is None:
-                closed = run(lo, cut) if cut > lo else None
+            if closed is None and cut > lo:
+                closed = self._run_split(run, lo, cut, g)
             if closed is not None:
                 with self._cache_lock:
                     self._cache[key] = _Entry(lo=lo, cut=cut, hwm=hwm, frame=closed)
@@ -257,48 +322,82 @@ class SQLiteSource(Source):
 
     # -- the sawtooth --------------------------------------------------------
 
+    _USAGE_COLS = ("id, ts, hook, event, outcome, prompt_tokens, threshold_tokens, window_tokens, "
+                   "tokens_before, tokens_after, duration_s")
+
+    def _session_rows(self, sess: str, f: Filters, engine_clause: str, params: dict, hwm: int) -> Optional[list]:
+        """The update_from_response and compress rows of one session in the range, or None when
+        there are too many to draw as-is. Kept per session; a refresh reads only rows with a
+        higher id (new rows, late ones included) through the rowid."""
+        key = (sess, f.engines)
+        with self._cache_lock:
+            entry = self._sess_cache.get(key)
+        p = dict(params, s=sess)
+        if entry is not None and entry[0] <= f.start:
+            _, old_hwm, rows = entry
+            if hwm > old_hwm:
+                new = self._rows(
+                    f"SELECT {self._USAGE_COLS} FROM events WHERE id > :hwm AND +session = :s "
+                    "AND hook IN ('update_from_response', 'compress')" + engine_clause, dict(p, hwm=old_hwm))
+                rows = sorted([r for r in rows if r[1] >= f.start] + new, key=lambda r: r[1])
+            else:
+                rows = [r for r in rows if r[1] >= f.start]
+            if len(rows) > self.SERIES_RAW_MAX:
+                rows = None
+        else:
+            n = self._rows("SELECT COUNT(*) FROM events WHERE session = :s AND ts >= :lo AND ts < :hi", p)[0][0]
+            rows = None
+            if n <= self.SERIES_RAW_MAX:
+                rows = self._rows(
+                    f"SELECT {self._USAGE_COLS} FROM events WHERE session = :s AND ts >= :lo "
+                    "AND hook IN ('update_from_response', 'compress')" + engine_clause + " ORDER BY ts", p)
+        with self._cache_lock:
+            if rows is None:
+                self._sess_cache.pop(key, None)
+            else:
+                self._sess_cache[key] = (f.start, hwm, rows)
+                self._sess_cache.move_to_end(key)
+                while len(self._sess_cache) > 64:
+                    self._sess_cache.popitem(last=False)
+        if rows is None:
+            return None
+        return [r for r in rows if r[1] < f.end]
+
     def usage(self, f: Filters, series: Sequence[str]) -> Tuple[pd.DataFrame, pd.DataFrame]:
-        lines, marks = [], []
+        line_cols = ["ts", "series", "prompt_tokens", "threshold_tokens", "window_tokens"]
+        mark_cols = ["ts", "series", "outcome", "tokens_before", "tokens_after", "duration_s"]
+        line_rows: list = []
+        mark_rows: list = []
         params_base: dict = {"lo": f.start, "hi": f.end}
         engine_clause = ""
         if f.engines:
             engine_clause = " AND engine IN " + self._in(f.engines, "e", params_base)
         with self.snapshot():
+            hwm = self._hwm()
             for sess in series:
-                p = dict(params_base, s=sess)
-                n = self._rows("SELECT COUNT(*) FROM events WHERE session = :s AND ts >= :lo AND ts < :hi", p)[0][0]
-                if n <= self.SERIES_RAW_MAX:
-                    df = self._frame(
-                        "SELECT ts, hook, event, outcome, prompt_tokens, threshold_tokens, window_tokens, "
-                        "tokens_before, tokens_after, duration_s FROM events WHERE session = :s AND ts >= :lo "
-                        "AND ts < :hi AND hook IN ('update_from_response', 'compress')" + engine_clause +
-                        " ORDER BY ts", p)
-                    ln = df[df["hook"] == "update_from_response"][
-                        ["ts", "prompt_tokens", "threshold_tokens", "window_tokens"]]
-                    mk = df[df["hook"] == "compress"]
-                else:
-                    g2 = max(1.0, f.span / 1000.0)
-                    ln = self._frame(
-                        "SELECT MAX(ts) AS ts, MAX(prompt_tokens) AS prompt_tokens, MAX(threshold_tokens) AS "
-                        "threshold_tokens, MAX(window_tokens) AS window_tokens FROM events WHERE session = :s "
-                        "AND ts >= :lo AND ts < :hi AND hook = 'update_from_response'" + engine_clause +
-                        " GROUP BY CAST(ts / :g2 AS INTEGER) ORDER BY 1", dict(p, g2=g2))
-                    mk = self._frame(
-                        "SELECT ts, hook, event, outcome, tokens_before, tokens_after, duration_s FROM events "
+                rows = self._session_rows(sess, f, engine_clause, params_base, hwm)
+                if rows is not None:
+                    for (_id, ts, hook, event, outcome, pt, tt, wt, tb, ta, d) in rows:
+                        if hook == "update_from_response":
+                            line_rows.append((ts, sess, pt, tt, wt))
+                        else:
+                            o = outcome if event == "call" else ("timeout" if event == "deadline_exceeded" else event)
+                            mark_rows.append((ts, sess, o, tb, ta, d))
+                    continue
+                # a very long session: the per-bucket peak, and the latest 500 compressions
+                p = dict(params_base, s=sess, g2=max(1.0, f.span / 1000.0))
+                for ts, pt, tt, wt in self._rows(
+                        "SELECT MAX(ts), MAX(prompt_tokens), MAX(threshold_tokens), MAX(window_tokens) FROM events "
+                        "WHERE session = :s AND ts >= :lo AND ts < :hi AND hook = 'update_from_response'"
+                        + engine_clause + " GROUP BY CAST(ts / :g2 AS INTEGER) ORDER BY 1", p):
+                    line_rows.append((ts, sess, pt, tt, wt))
+                for ts, event, outcome, tb, ta, d in self._rows(
+                        "SELECT ts, event, outcome, tokens_before, tokens_after, duration_s FROM events "
                         "WHERE session = :s AND ts >= :lo AND ts < :hi AND hook = 'compress'" + engine_clause +
-                        " ORDER BY ts DESC LIMIT 500", p)
-                ln = ln.assign(series=sess)
-                lines.append(ln)
-                if not mk.empty:
-                    mk = mk.assign(series=sess, outcome=np.where(mk["event"] == "call", mk["outcome"],
-                                                                 np.where(mk["event"] == "deadline_exceeded",
-                                                                          "timeout", mk["event"])))
-                    marks.append(mk[["ts", "series", "outcome", "tokens_before", "tokens_after", "duration_s"]])
-        line_cols = ["ts", "series", "prompt_tokens", "threshold_tokens", "window_tokens"]
-        mark_cols = ["ts", "series", "outcome", "tokens_before", "tokens_after", "duration_s"]
-        lines_df = _concat(lines)[line_cols] if lines else pd.DataFrame(columns=line_cols)
-        marks_df = _concat(marks)[mark_cols] if marks else pd.DataFrame(columns=mark_cols)
-        return lines_df.reset_index(drop=True), marks_df.reset_index(drop=True)
+                        " ORDER BY ts DESC LIMIT 500", p):
+                    o = outcome if event == "call" else ("timeout" if event == "deadline_exceeded" else event)
+                    mark_rows.append((ts, sess, o, tb, ta, d))
+        return pd.DataFrame(line_rows, columns=line_cols), pd.DataFrame(mark_rows, columns=mark_cols)
 
     def usage_now(self, f: Filters, sessions: Sequence[str]) -> pd.DataFrame:
         """Latest prompt / window of each given session (before f.end)."""
@@ -455,9 +554,10 @@ class SQLiteSource(Source):
                 err[(e, h)] = err.get((e, h), 0) + int(n)
             span = max(1.0, min(f.end, time.time()) - f.start)
             out = []
-            for (e, h) in sorted(per):
+            keys = sorted(per)
+            pcts = list(_pool().map(lambda k: self._percentiles(k[0], k[1], f, per[k]), keys))
+            for (e, h), p in zip(keys, pcts):
                 calls = int(sum(per[(e, h)].values()))
-                p = self._percentiles(e, h, f, per[(e, h)])
                 out.append((e, h, calls, calls / span, err.get((e, h), 0),
                             *(None if v is None else v * 1000.0 for v in p)))
             return (pd.DataFrame(out, columns=cols),
@@ -470,14 +570,15 @@ class SQLiteSource(Source):
         total = float(sum(bucket_counts.values())) if bucket_counts else 0.0
         if total <= 0:
             return [None, None, None]
-        key = (engine, hook, f.span, f.step, f.end - f.start)
+        key = (engine, hook, f.step, f.engines)
         now = time.monotonic()
         with self._cache_lock:
             hit = self._pct_cache.get(key)
         if hit is not None:
             at, lo, n, result = hit
             if (lo == f.start and n == total) or (
-                    total > self.PCT_SAMPLE and now - at < self.PCT_REUSE_S and abs(total - n) <= 0.05 * n):
+                    total > self.PCT_SAMPLE and now - at < self.PCT_REUSE_S and abs(total - n) <= 0.05 * n
+                    and abs(lo - f.start) <= max(f.step, 0.05 * f.span)):
                 return result
         base = ("SELECT duration_s FROM events WHERE engine = ? AND hook = ? AND ts >= ? AND ts < ? "
                 "AND event = 'call' AND duration_s IS NOT NULL")
@@ -590,6 +691,18 @@ class SQLiteSource(Source):
         return self._frame(
             "SELECT ts, hook, content FROM events WHERE session = ? AND ts >= ? AND ts < ? "
             "AND content IS NOT NULL ORDER BY ts DESC LIMIT ?", (f.session, f.start, f.end, limit))
+
+
+_POOL: Optional[ThreadPoolExecutor] = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=SQLiteSource.WORKERS, thread_name_prefix="dashboard-sql")
+        return _POOL
 
 
 def _concat(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:

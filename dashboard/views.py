@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Callable, Optional, Sequence
@@ -53,9 +54,9 @@ class Ctx:
         return _cached(self.src.cache_key(), method, f.key(), args, _src=self.src, _f=f)
 
     @property
-    def x_domain(self) -> list:
-        """The selected range as naive local datetimes (over-time charts are pinned to it)."""
-        return list(to_dt([self.f.start, min(self.f.end, max(self.now, self.f.start + 1))]))
+    def x_domain(self) -> tuple:
+        """The selected range in epoch seconds (over-time charts are pinned to it)."""
+        return (self.f.start, min(self.f.end, max(self.now, self.f.start + 1)))
 
     @property
     def exact(self) -> bool:
@@ -105,6 +106,10 @@ def fmt_tokens(v) -> str:
     return f"{v:,.0f}"
 
 
+def chart(spec: dict) -> None:
+    st.vega_lite_chart(spec=spec, width="stretch")
+
+
 def _guard(fn: Callable, *args, **kwargs):
     """Run a view; a source failure becomes a warning in place, not a crash."""
     try:
@@ -112,6 +117,39 @@ def _guard(fn: Callable, *args, **kwargs):
     except SourceError as exc:
         st.warning(f"The source could not answer: {exc}")
     return None
+
+
+# --- background prefetch -------------------------------------------------------
+
+_PREFETCHED: dict = {}
+_PREFETCH_LOCK = threading.Lock()
+PREFETCH_METHODS = ("compressions", "incident_counts", "selections", "latency")
+
+
+def prefetch(src: Source, f: Filters) -> Optional[threading.Thread]:
+    """Warm the source's own caches for the other tabs, once per source and range, on a
+    background thread: the first click on a tab then only queries the newest buckets.
+    (The store source keeps closed buckets in memory; Prometheus needs no warming.)"""
+    if src.kind != "sqlite":
+        return None
+    key = (src.cache_key(), f.span // f.step, f.step, f.engines)
+    with _PREFETCH_LOCK:
+        if key in _PREFETCHED:
+            return None
+        _PREFETCHED[key] = True
+        if len(_PREFETCHED) > 64:
+            _PREFETCHED.clear()
+
+    def work():
+        for method in PREFETCH_METHODS:
+            try:
+                getattr(src, method)(f)
+            except Exception:            # a prefetch failure shows up when the tab really runs
+                return
+
+    t = threading.Thread(target=work, name="dashboard-prefetch", daemon=True)
+    t.start()
+    return t
 
 
 # --- empty state -------------------------------------------------------------
@@ -245,8 +283,6 @@ def view_usage(ctx: Ctx) -> None:
     if lines.empty and marks.empty:
         st.info("No update_from_response or compress rows for these sessions in the range.")
         return
-    lines = lines.assign(time=to_dt(lines["ts"]))
-    marks = marks.assign(time=to_dt(marks["ts"])) if not marks.empty else marks
     single = len(series) == 1
     st.markdown(charts.SAWTOOTH_LEGEND)
     grid = st.columns(1 if single else 2)
@@ -265,8 +301,7 @@ def view_usage(ctx: Ctx) -> None:
         if n_comp:
             title += f"  ·  {n_comp} compression{'s' if n_comp > 1 else ''}"
         with grid[i % len(grid)]:
-            st.altair_chart(charts.sawtooth(ln, mk, title=title, height=320 if single else 200,
-                                            span_s=ctx.f.span), width="stretch")
+            chart(charts.sawtooth(ln, mk, title=title, height=320 if single else 200, span_s=ctx.f.span))
     if single:
         _session_details(ctx, marks)
 
@@ -276,7 +311,7 @@ def _session_details(ctx: Ctx, marks: pd.DataFrame) -> None:
         st.markdown("##### Compressions of this session")
         t = marks.sort_values("ts", ascending=False)
         st.dataframe(pd.DataFrame({
-            "time": t["time"], "outcome": t["outcome"], "tokens before": t["tokens_before"],
+            "time": to_dt(t["ts"]).to_numpy(), "outcome": t["outcome"], "tokens before": t["tokens_before"],
             "tokens after": t["tokens_after"], "seconds": t["duration_s"],
         }), hide_index=True, width="stretch",
             column_config={"seconds": st.column_config.NumberColumn(format="%.2f"),
@@ -316,15 +351,12 @@ def view_compressions(ctx: Ctx) -> None:
         st.markdown("##### Outcomes per engine")
         long = summary.melt(id_vars=["engine"], value_vars=list(COMPRESS_OUTCOMES), var_name="outcome",
                             value_name="count")
-        st.altair_chart(charts.outcome_bars(long[long["count"] > 0], "outcome", charts.OUTCOME_COLORS,
-                                            COMPRESS_OUTCOMES), width="stretch")
+        chart(charts.outcome_bars(long[long["count"] > 0], "outcome", charts.OUTCOME_COLORS, COMPRESS_OUTCOMES))
     with right:
         st.markdown("##### Over time")
         if not series.empty:
-            st.altair_chart(charts.stacked_bars_over_time(series.assign(time=to_dt(series["ts"])), "outcome",
-                                                          charts.OUTCOME_COLORS, COMPRESS_OUTCOMES, ctx.f.step,
-                                                          height=200, span_s=ctx.f.span,
-                                                          x_domain=ctx.x_domain), width="stretch")
+            chart(charts.stacked_bars_over_time(series, "outcome", charts.OUTCOME_COLORS, COMPRESS_OUTCOMES,
+                                                ctx.f.step, height=200, span_s=ctx.f.span, x_domain=ctx.x_domain))
     st.markdown("##### Per engine")
     table = pd.DataFrame({
         "engine": summary["engine"],
@@ -369,8 +401,8 @@ def view_selection(ctx: Ctx) -> None:
         st.markdown("##### Outcome mix")
         long = summary.melt(id_vars=["engine"], value_vars=list(SELECTION_RESULTS), var_name="result",
                             value_name="count")
-        st.altair_chart(charts.outcome_bars(long[long["count"] > 0], "result", charts.RESULT_COLORS,
-                                            SELECTION_RESULTS, normalize=True), width="stretch")
+        chart(charts.outcome_bars(long[long["count"] > 0], "result", charts.RESULT_COLORS, SELECTION_RESULTS,
+                                  normalize=True))
     with right:
         st.markdown("##### Churn over time")
         if not series.empty:
@@ -379,15 +411,12 @@ def view_selection(ctx: Ctx) -> None:
             total = sum(wide[r] for r in SELECTION_RESULTS if r in wide)
             changed = wide["changed_selection"] if "changed_selection" in wide else 0
             wide["churn"] = changed / total.where(total > 0)
-            wide["time"] = to_dt(wide["ts"])
-            st.altair_chart(charts.lines_over_time(wide, "churn", "engine", "churn", fmt=".1%", height=200,
-                                                   y_format="%", span_s=ctx.f.span, x_domain=ctx.x_domain),
-                            width="stretch")
+            chart(charts.lines_over_time(wide, "churn", "engine", "churn", fmt=".1%", height=200, y_format="%",
+                                         span_s=ctx.f.span, x_domain=ctx.x_domain))
     if not series.empty:
         st.markdown("##### Results over time")
-        st.altair_chart(charts.stacked_bars_over_time(series.assign(time=to_dt(series["ts"])).rename(
-            columns={"result": "result"}), "result", charts.RESULT_COLORS, SELECTION_RESULTS, ctx.f.step,
-            height=180, span_s=ctx.f.span, x_domain=ctx.x_domain), width="stretch")
+        chart(charts.stacked_bars_over_time(series, "result", charts.RESULT_COLORS, SELECTION_RESULTS, ctx.f.step,
+                                            height=180, span_s=ctx.f.span, x_domain=ctx.x_domain))
     st.markdown("##### Per engine")
     num = st.column_config.NumberColumn
     st.dataframe(summary.rename(columns={"cache_lost_tokens": "cache tokens lost"}), hide_index=True,
@@ -449,16 +478,14 @@ def view_latency(ctx: Ctx) -> None:
     left, right = st.columns([1, 1])
     with left:
         st.markdown("##### p50 / p95 / p99 per hook")
-        st.altair_chart(charts.latency_dots(table), width="stretch")
+        chart(charts.latency_dots(table))
     with right:
         st.markdown("##### Calls per second")
         if not series.empty:
-            s = series.assign(time=to_dt(series["ts"]))
-            multi = s["engine"].nunique() > 1
-            st.altair_chart(charts.lines_over_time(s, "calls_per_s", "hook", "calls/s", fmt=",.3f",
-                                                   dash="engine" if multi else None, span_s=ctx.f.span,
-                                                   x_domain=ctx.x_domain),
-                            width="stretch")
+            multi = series["engine"].nunique() > 1
+            chart(charts.lines_over_time(series, "calls_per_s", "hook", "calls/s", fmt=",.3f",
+                                         dash="engine" if multi else None, span_s=ctx.f.span,
+                                         x_domain=ctx.x_domain))
     num = st.column_config.NumberColumn
     st.dataframe(table.rename(columns={"calls_per_s": "calls/s", "p50_ms": "p50 ms", "p95_ms": "p95 ms",
                                        "p99_ms": "p99 ms"}), hide_index=True, width="stretch",
@@ -485,11 +512,17 @@ def view_compare(ctx: Ctx) -> None:
     a = c1.selectbox("Engine A", engines, index=0, key="compare_a")
     b_opts = [e for e in engines if e != a]
     b = c2.selectbox("Engine B", b_opts, index=0, key="compare_b")
-    f2 = dataclasses.replace(ctx.f, engines=tuple(sorted((a, b))))
-    comp, _ = ctx.q("compressions", f=f2)
-    sel, _ = ctx.q("selections", f=f2)
-    lat, _ = ctx.q("latency", f=f2)
-    inc = ctx.q("incident_counts", f=f2)
+    # the same (cached) queries as the other views, over every engine, then the two picked
+    f2 = dataclasses.replace(ctx.f, engines=())
+    pair = [a, b]
+
+    def two(df):
+        return df[df["engine"].isin(pair)] if df is not None and not df.empty else df
+
+    comp = two(ctx.q("compressions", f=f2)[0])
+    sel = two(ctx.q("selections", f=f2)[0])
+    lat = two(ctx.q("latency", f=f2)[0])
+    inc = two(ctx.q("incident_counts", f=f2))
 
     def row(df, eng):
         r = df[df["engine"] == eng]
@@ -535,20 +568,20 @@ def view_compare(ctx: Ctx) -> None:
     with left:
         st.markdown("##### Hook latency p50 / p95 / p99")
         if not lat.empty:
-            st.altair_chart(charts.latency_dots(lat, color_by="engine"), width="stretch")
+            chart(charts.latency_dots(lat, color_by="engine", order=pair))
     with right:
         if not comp.empty:
             st.markdown("##### compress() outcomes")
             long = comp.melt(id_vars=["engine"], value_vars=list(COMPRESS_OUTCOMES), var_name="outcome",
                              value_name="count")
-            st.altair_chart(charts.outcome_bars(long[long["count"] > 0], "outcome", charts.OUTCOME_COLORS,
-                                                COMPRESS_OUTCOMES, normalize=True), width="stretch")
+            chart(charts.outcome_bars(long[long["count"] > 0], "outcome", charts.OUTCOME_COLORS,
+                                      COMPRESS_OUTCOMES, normalize=True))
         if not sel.empty:
             st.markdown("##### select_context results")
             long = sel.melt(id_vars=["engine"], value_vars=list(SELECTION_RESULTS), var_name="result",
                             value_name="count")
-            st.altair_chart(charts.outcome_bars(long[long["count"] > 0], "result", charts.RESULT_COLORS,
-                                                SELECTION_RESULTS, normalize=True), width="stretch")
+            chart(charts.outcome_bars(long[long["count"] > 0], "result", charts.RESULT_COLORS,
+                                      SELECTION_RESULTS, normalize=True))
     st.markdown("##### Side by side")
     st.dataframe(pd.DataFrame({"metric": list(ma), a: [fmts.get(k, fmt_int)(v) for k, v in ma.items()],
                                b: [fmts.get(k, fmt_int)(v) for k, v in mb.items()]}),

@@ -1,0 +1,173 @@
+"""The dashboard in a real browser: ``streamlit run`` + headless Debian Chromium via Playwright.
+
+Saves screenshots into ``test-artifacts/`` (gitignored): ``dashboard.png`` (the
+first view) and one per tab.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = ROOT / "test-artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason="Debian chromium not installed"),
+]
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_dashboard_apptest import feed_store  # noqa: E402  (one swappable feed for both test files)
+
+from observed_engine.store import StoreWriter, make_row  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    path = tmp_path / "observed" / "telemetry.sqlite"
+    feed_store(path, time.time())
+    gc.collect()
+    return path
+
+
+@pytest.fixture
+def server(store, tmp_path, request) -> str:
+    port = _free_port()
+    env = dict(os.environ, OBSERVED_STORE=str(store), OBSERVED_REFRESH_SECONDS="2")
+    env.pop("OBSERVED_PROMETHEUS_URL", None)
+    log = open(tmp_path / "streamlit.log", "wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.headless", "true",
+         "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
+         "--client.toolbarMode", "minimal"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    pid = proc.pid
+
+    def stop():
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.kill(pid, 9)
+                proc.wait(5)
+        log.close()
+
+    request.addfinalizer(stop)
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            pytest.fail("streamlit exited: " + (tmp_path / "streamlit.log").read_text()[-3000:])
+        try:
+            with urllib.request.urlopen(url + "_stcore/health", timeout=1) as r:
+                if r.status == 200:
+                    return url
+        except OSError:
+            time.sleep(0.2)
+    pytest.fail("streamlit did not come up: " + (tmp_path / "streamlit.log").read_text()[-3000:])
+
+
+@pytest.fixture
+def page(request):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    pw = sync_api.sync_playwright().start()
+    browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    pg = browser.new_page(viewport={"width": 1440, "height": 1700})
+    errors = []
+    pg.on("pageerror", lambda e: errors.append(str(e)))
+
+    def stop():
+        browser.close()
+        pw.stop()
+
+    request.addfinalizer(stop)
+    pg.js_errors = errors
+    return pg
+
+
+def _wait_charts(pg, n: int, timeout_s: float = 60.0) -> int:
+    """Wait until ``n`` vega-embed charts have drawn (a canvas or an svg with marks)."""
+    deadline = time.time() + timeout_s
+    drawn = 0
+    while time.time() < deadline:
+        drawn = pg.locator(".vega-embed canvas, .vega-embed svg.marks").count()
+        if drawn >= n:
+            return drawn
+        time.sleep(0.25)
+    raise AssertionError(f"only {drawn} of {n} charts rendered")
+
+
+def _kpi(pg, label: str) -> str:
+    box = pg.locator('[data-testid="stMetric"]', has_text=label).first
+    return box.locator('[data-testid="stMetricValue"]').inner_text().strip()
+
+
+def test_dashboard_in_chromium(server, page, store):
+    ARTIFACTS.mkdir(exist_ok=True)
+    t0 = time.time()
+    page.goto(server)
+    page.get_by_text("Context engine observatory").wait_for(timeout=60_000)
+    _wait_charts(page, 3)
+    first_paint = time.time() - t0
+    body = page.inner_text("body")
+    for text in ("Active sessions", "Compressions", "Compression timeouts", "Fail-opens", "Highest context usage",
+                 "HermesContextCompressionTimeout", "HermesContextEngineFailOpen", "prompt tokens",
+                 "compression threshold", "context window", "SQLite store"):
+        assert text in body, text
+    assert _kpi(page, "Active sessions") == "3"
+    assert _kpi(page, "Fail-opens") == "1"
+    assert _kpi(page, "Highest context usage") == "69%"
+    time.sleep(1.0)                  # let the last chart finish its transition
+    page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+
+    # every tab renders, with its charts
+    for tab, expect, charts in (("Compressions", "Outcomes per engine", 2), ("select_context", "Churn rate", 3),
+                                ("Alerts & incidents", "Timeouts and fail-opens", 0),
+                                ("Hook latency", "Calls per second", 2), ("Compare engines", "Side by side", 3)):
+        page.get_by_role("tab", name=tab).click()
+        page.get_by_text(expect).first.wait_for(timeout=30_000)
+        if charts:
+            _wait_charts(page, charts)
+        time.sleep(0.8)
+        slug = re.sub(r"[^a-z]+", "-", tab.lower()).strip("-")
+        page.screenshot(path=str(ARTIFACTS / f"dashboard-{slug}.png"), full_page=True)
+    assert not page.js_errors, page.js_errors
+    print(f"first paint with charts: {first_paint:.2f} s")
+
+
+def test_live_refresh_without_reload(server, page, store):
+    page.goto(server)
+    page.get_by_text("Context engine observatory").wait_for(timeout=60_000)
+    _wait_charts(page, 3)
+    assert _kpi(page, "Fail-opens") == "1"
+    page.evaluate("window.__marker = 'still the same page'")
+    w = StoreWriter(store, retention_days=0)
+    w.submit([make_row(ts=time.time(), host="h", pid=1, session="sess-beta", engine="compressor",
+                       hook="select_context", event="fail_open", reason="exception")])
+    assert w.flush(20)
+    w.close()
+    deadline = time.time() + 20
+    while time.time() < deadline and _kpi(page, "Fail-opens") != "2":
+        time.sleep(0.5)
+    assert _kpi(page, "Fail-opens") == "2"
+    assert page.evaluate("window.__marker") == "still the same page"     # no reload
