@@ -49,6 +49,13 @@ def get_source(kind: str, target: str):
     return open_source(kind, target)
 
 
+@st.cache_resource(show_spinner=False)
+def get_alert_source(url: str):
+    """Prometheus next to the store, asked only for its rule alerts (short timeout)."""
+    from dashboard.prometheus_source import PrometheusSource
+    return PrometheusSource(url, timeout=1.5)
+
+
 def sidebar():
     flags = _flags()
     default_kind = "prometheus" if flags.prometheus and not flags.store else env_default_kind()
@@ -112,8 +119,11 @@ def sidebar():
                          help="Prometheus has no session ids; per-session views need the SQLite store.")
         live = st.toggle("Live", value=True, key="live", help="Re-query every refresh interval.")
         st.caption("Read-only: the dashboard never writes the store.")
+    prom_url = (flags.prometheus or env_prometheus_url()).strip()
+    alerts_from = get_alert_source(prom_url) if kind == "sqlite" and prom_url else None
     return dict(src=src, status=status, range_label=range_label, custom=custom, engines=tuple(engines),
-                session=session, max_series=max_series, refresh=refresh, live=live, all_engines=all_engines)
+                session=session, max_series=max_series, refresh=refresh, live=live, all_engines=all_engines,
+                alerts_from=alerts_from)
 
 
 def _safe_status(src):
@@ -154,7 +164,7 @@ def main_panel(cfg: dict) -> None:
     st.caption(f"{source_txt} · {cfg['range_label'].lower()} · updated {datetime.now():%H:%M:%S}"
                + (f", live every {cfg['refresh']:g} s" if cfg["live"] else ", paused"))
     ctx = views.Ctx(src=src, f=f, now=now, refresh=cfg["refresh"], status=status, max_series=cfg["max_series"],
-                    all_engines=cfg["all_engines"])
+                    all_engines=cfg["all_engines"], alerts_from=cfg["alerts_from"])
     snap = getattr(src, "snapshot", None)
     if snap is not None:
         with snap():

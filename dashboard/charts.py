@@ -17,7 +17,7 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from dashboard.sources import COMPRESS_OUTCOMES, SELECTION_RESULTS
+from dashboard.sources import COMPRESS_OUTCOMES
 
 OUTCOME_COLORS = {"compressed": "#2e9d5b", "noop": "#9aa5b1", "error": "#d64545", "timeout": "#f0a030"}
 RESULT_COLORS = {"unchanged": "#9aa5b1", "same_selection": "#5b8def", "changed_selection": "#f0a030",
@@ -101,9 +101,12 @@ def sawtooth(lines: pd.DataFrame, marks: pd.DataFrame, title: str = "", height: 
     t_all = np.concatenate([ts, m_ts])
     extent = float(t_all.max() - t_all.min()) if len(t_all) else span_s
     x = time_x(extent or span_s)
+    line_mark = {"type": "line", "interpolate": "step-after", "strokeWidth": 2}
+    if len(ts) <= 3:                      # too few points for a line to show: mark them
+        line_mark["point"] = {"size": 40, "filled": True}
     layers = [{
         "data": {"name": "lines"},
-        "mark": {"type": "line", "interpolate": "step-after", "strokeWidth": 2},
+        "mark": line_mark,
         "encoding": {
             "x": x,
             "y": {"field": "tokens", "type": "quantitative", "title": None, "axis": {"format": "~s"}},
@@ -208,7 +211,7 @@ def lines_over_time(df: pd.DataFrame, y: str, color: str, y_title: str, fmt: str
     enc = {
         "x": x,
         "y": {"field": y, "type": "quantitative", "title": y_title, "axis": {"format": y_format}},
-        "color": {"field": color, "type": "nominal", "legend": _legend()},
+        "color": {"field": color, "type": "nominal", "legend": _legend(columns=3, labelLimit=180)},
         "tooltip": [{"field": "t", "type": "temporal", "format": "%Y-%m-%d %H:%M", "title": "time"},
                     {"field": color, "type": "nominal"}, {"field": y, "type": "quantitative", "format": fmt}],
     }

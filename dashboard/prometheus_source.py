@@ -102,11 +102,15 @@ class PrometheusSource(Source):
     kind = "prometheus"
     capabilities = frozenset({CAP_ALERTS})
 
+    RETRY_AFTER_S = 10.0    # after a connection failure, answer "unreachable" at once for this long
+
     def __init__(self, url: str, timeout: float = 5.0) -> None:
         self.url = (url or "").rstrip("/")
         self.label = self.url
         self.timeout = timeout
         self.requests = 0
+        self._down_until = 0.0
+        self._down_error = ""
 
     # -- HTTP ----------------------------------------------------------------
 
@@ -114,6 +118,8 @@ class PrometheusSource(Source):
         if not self.url:
             raise SourceError("no Prometheus URL configured (OBSERVED_PROMETHEUS_URL)")
         q = ("?" + urllib.parse.urlencode(params)) if params else ""
+        if time.monotonic() < self._down_until:       # a dead server must not stall every refresh
+            raise SourceError(self._down_error)
         self.requests += 1
         try:
             with urllib.request.urlopen(self.url + path + q, timeout=self.timeout) as resp:
@@ -125,7 +131,10 @@ class PrometheusSource(Source):
             except (ValueError, AttributeError):
                 raise SourceError(f"Prometheus {path}: HTTP {exc.code}") from exc
         except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise SourceError(f"cannot reach Prometheus at {self.url}: {getattr(exc, 'reason', exc)}") from exc
+            self._down_error = f"cannot reach Prometheus at {self.url}: {getattr(exc, 'reason', exc)}"
+            if not isinstance(exc, ValueError):
+                self._down_until = time.monotonic() + self.RETRY_AFTER_S
+            raise SourceError(self._down_error) from exc
         if body.get("status") != "success":
             raise SourceError(f"Prometheus {path}: {body.get('error', 'query failed')}")
         return body.get("data")
@@ -205,6 +214,11 @@ class PrometheusSource(Source):
             m = self._matrix(f"max by (engine) ({metric}{sel})", f, ["engine"])
             frames.append(m.rename(columns={"value": col}).set_index(["ts", "engine"]))
         lines = pd.concat(frames, axis=1).reset_index().rename(columns={"engine": "series"})
+        # the instant values close each line at "now" (a young series has no range samples yet)
+        now = self.usage_now(f, series)
+        if not now.empty:
+            lines = pd.concat([lines, now[["ts", "series", "prompt_tokens", "threshold_tokens", "window_tokens"]]],
+                              ignore_index=True).sort_values(["series", "ts"])
         lines = lines[lines["series"].isin(series)] if len(series) else lines
         w = self._window(f)
         mk = self._matrix(f"sum by (engine, outcome) (increase({COMPRESSIONS}{sel}[{w}])) > 0", f,

@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import random
 import re
-from typing import Dict, Iterator, List, Sequence, Tuple
+from typing import Dict, List, Sequence
 
 from observed_engine.store import COLUMNS, INSERT_SQL, SCHEMA_SQL, connect, make_row
 

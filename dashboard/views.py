@@ -20,7 +20,7 @@ import streamlit as st
 from dashboard import charts
 from dashboard.sources import (
     CAP_ALERTS, CAP_CONTENT, CAP_EVENTS, CAP_EXACT, CAP_SESSIONS, COMPRESS_OUTCOMES, SELECTION_RESULTS,
-    TIMEOUT_EVENTS, Filters, Source, SourceError, Status,
+    Filters, Source, SourceError, Status,
 )
 
 TAB_USAGE = "Context usage"
@@ -48,6 +48,8 @@ class Ctx:
     status: Status
     max_series: int = 6
     all_engines: Sequence[str] = ()
+    alerts_from: Optional[Source] = None      # Prometheus next to the store, for its rule alerts
+    alerts_error: Optional[str] = None
 
     def q(self, method: str, *args, f: Optional[Filters] = None):
         f = f or self.f
@@ -104,6 +106,15 @@ def fmt_tokens(v) -> str:
     if abs(v) >= 1e4:
         return f"{v / 1e3:.1f}k"
     return f"{v:,.0f}"
+
+
+def numeric(df: pd.DataFrame, skip: Sequence[str] = ("engine", "hook")) -> pd.DataFrame:
+    """Numbers as floats/ints (a missing percentile is a blank cell, not 'None')."""
+    out = df.copy()
+    for c in out.columns:
+        if c not in skip:
+            out[c] = pd.to_numeric(out[c], errors="coerce")
+    return out
 
 
 def chart(spec: dict) -> None:
@@ -211,8 +222,28 @@ The dashboard only reads: it never writes the store.
 
 # --- header: alerts and headline numbers ------------------------------------
 
+def active_alerts(ctx: Ctx) -> pd.DataFrame:
+    """The source's alerts, plus Prometheus' rule alerts when a Prometheus URL is configured
+    next to the store: [alert, severity, state, engine, detail, since, from]."""
+    frames = []
+    a = ctx.q("alerts", ctx.f.end)
+    if a is not None and not a.empty:
+        frames.append(a.assign(**{"from": "prometheus" if ctx.src.kind == "prometheus" else "store"}))
+    if ctx.alerts_from is not None:
+        try:
+            p = _cached(ctx.alerts_from.cache_key(), "alerts", ctx.f.key(), (ctx.f.end,), _src=ctx.alerts_from,
+                        _f=ctx.f)
+            if p is not None and not p.empty:
+                frames.append(p.assign(**{"from": "prometheus"}))
+        except SourceError as exc:
+            ctx.alerts_error = str(exc)
+    if not frames:
+        return pd.DataFrame(columns=["alert", "severity", "state", "engine", "detail", "since", "from"])
+    return pd.concat(frames, ignore_index=True)
+
+
 def render_alert_banner(ctx: Ctx) -> pd.DataFrame:
-    alerts = ctx.q("alerts", ctx.f.end)
+    alerts = active_alerts(ctx)
     if alerts is None or alerts.empty:
         return alerts
     firing = alerts[alerts["state"] == "firing"] if "state" in alerts else alerts
@@ -294,7 +325,9 @@ def view_usage(ctx: Ctx) -> None:
         r = latest.get(s)
         title = str(s)
         if r is not None:
-            title += f"  ·  {r.engine}  ·  {fmt_tokens(r.prompt_tokens)} / {fmt_tokens(r.window_tokens)}"
+            if r.engine != s:
+                title += f"  ·  {r.engine}"
+            title += f"  ·  {fmt_tokens(r.prompt_tokens)} / {fmt_tokens(r.window_tokens)}"
             if r.ratio == r.ratio:
                 title += f" ({r.ratio:.0%})"
         n_comp = 0 if mk is None or mk.empty else int((mk["outcome"] == "compressed").sum())
@@ -302,7 +335,7 @@ def view_usage(ctx: Ctx) -> None:
             title += f"  ·  {n_comp} compression{'s' if n_comp > 1 else ''}"
         with grid[i % len(grid)]:
             chart(charts.sawtooth(ln, mk, title=title, height=320 if single else 200, span_s=ctx.f.span))
-    if single:
+    if single and ctx.src.supports(CAP_SESSIONS):
         _session_details(ctx, marks)
 
 
@@ -345,7 +378,7 @@ def view_compressions(ctx: Ctx) -> None:
     cols[4].metric("Tokens after / before", fmt_pct(ta / tb if tb else None, 0),
                    help="Sum of tokens after over tokens before, compressed calls.")
     p95 = summary["p95_s"].max()
-    cols[5].metric("p95 latency (worst engine)", fmt_seconds(p95))
+    cols[5].metric("p95 latency", fmt_seconds(p95), help="compress() p95 of the slowest engine.")
     left, right = st.columns([2, 3])
     with left:
         st.markdown("##### Outcomes per engine")
@@ -366,7 +399,7 @@ def view_compressions(ctx: Ctx) -> None:
         "after / before": summary["ratio"],
     })
     num = st.column_config.NumberColumn
-    st.dataframe(table, hide_index=True, width="stretch", column_config={
+    st.dataframe(numeric(table), hide_index=True, width="stretch", column_config={
         "p50 s": num(format="%.2f"), "p95 s": num(format="%.2f"), "p99 s": num(format="%.2f"),
         "avg tokens before": num(format="localized"), "avg tokens after": num(format="localized"),
         "after / before": num(format="percent"),
@@ -419,7 +452,7 @@ def view_selection(ctx: Ctx) -> None:
                                             height=180, span_s=ctx.f.span, x_domain=ctx.x_domain))
     st.markdown("##### Per engine")
     num = st.column_config.NumberColumn
-    st.dataframe(summary.rename(columns={"cache_lost_tokens": "cache tokens lost"}), hide_index=True,
+    st.dataframe(numeric(summary.rename(columns={"cache_lost_tokens": "cache tokens lost"})), hide_index=True,
                  width="stretch", column_config={"churn": num(format="percent"),
                                                  "cache tokens lost": num(format="localized")})
 
@@ -431,8 +464,15 @@ def view_alerts(ctx: Ctx, alerts: Optional[pd.DataFrame]) -> None:
     if ctx.src.supports(CAP_ALERTS):
         st.caption(f"From Prometheus `/api/v1/alerts` ({ctx.src.label}).")
     else:
-        st.caption("Derived from the store: timeouts, fail-opens, compress() errors and sessions above 90 % of "
-                   "their window in the last 15 minutes. Set `OBSERVED_PROMETHEUS_URL` for the Prometheus rules.")
+        note = ("Derived from the store (`from` = store): timeouts, fail-opens, compress() errors and sessions "
+                "above 90 % of their window in the last 15 minutes. ")
+        if ctx.alerts_from is not None:
+            note += f"Rule alerts from Prometheus `{ctx.alerts_from.label}` (`from` = prometheus)."
+        else:
+            note += "Set `OBSERVED_PROMETHEUS_URL` to add the Prometheus rule alerts."
+        st.caption(note)
+        if ctx.alerts_error:
+            st.warning(f"Prometheus alerts unavailable: {ctx.alerts_error}")
     if alerts is None or alerts.empty:
         st.success("No active alerts.")
     else:
@@ -487,8 +527,8 @@ def view_latency(ctx: Ctx) -> None:
                                          dash="engine" if multi else None, span_s=ctx.f.span,
                                          x_domain=ctx.x_domain))
     num = st.column_config.NumberColumn
-    st.dataframe(table.rename(columns={"calls_per_s": "calls/s", "p50_ms": "p50 ms", "p95_ms": "p95 ms",
-                                       "p99_ms": "p99 ms"}), hide_index=True, width="stretch",
+    st.dataframe(numeric(table.rename(columns={"calls_per_s": "calls/s", "p50_ms": "p50 ms", "p95_ms": "p95 ms",
+                                               "p99_ms": "p99 ms"})), hide_index=True, width="stretch",
                  column_config={"calls/s": num(format="%.4f"), "p50 ms": num(format="%.3f"),
                                 "p95 ms": num(format="%.3f"), "p99 ms": num(format="%.3f"),
                                 "calls": num(format="localized")})

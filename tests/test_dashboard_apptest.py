@@ -159,6 +159,29 @@ def test_empty_store_shows_empty_state(monkeypatch, tmp_path):
     assert "observed-engine install" in body and "observed-engine demo" in body
 
 
+def test_store_appears_later(monkeypatch, tmp_path):
+    store = tmp_path / "later" / "observed" / "telemetry.sqlite"
+    at = run_ok(app(monkeypatch, store=store))
+    assert "No telemetry store yet" in texts(at)
+    feed_store(store, time.time())
+    gc.collect()
+    run_ok(at)                      # the next refresh finds it
+    assert metrics(at)["Active sessions"] == "3"
+    assert at.multiselect(key="engines").options == ["compressor", "lcm"]
+
+
+def test_source_cannot_write(filled_store):
+    import sqlite3
+
+    from dashboard.sqlite_source import SQLiteSource
+
+    src = SQLiteSource(filled_store)
+    with src.snapshot() as conn:
+        with pytest.raises(sqlite3.OperationalError):
+            conn.execute("DELETE FROM events")
+    src.close()
+
+
 # --- (b) a filled store ------------------------------------------------------------
 
 def test_headline_and_sawtooth(monkeypatch, filled_store):
@@ -438,7 +461,7 @@ def serve_prometheus_client():
 ENDPOINT_FEEDS = {"prometheus_client": serve_prometheus_client}
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def metrics_endpoint(request):
     target, stop = ENDPOINT_FEEDS[os.environ.get("OBSERVED_DASHBOARD_METRICS_FEED", "prometheus_client")]()
     request.addfinalizer(stop)
@@ -462,11 +485,12 @@ def _prom_get(url, path, **params):
         return json.loads(r.read())
 
 
-@pytest.fixture
-def prometheus(tmp_path, metrics_endpoint, request):
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory, metrics_endpoint, request):
     binary = shutil.which("prometheus") or "/usr/bin/prometheus"
     if not os.path.exists(binary):
         pytest.skip("prometheus binary not installed")
+    tmp_path = tmp_path_factory.mktemp("prometheus")
     port = _free_port()
     (tmp_path / "rules.yml").write_text(RULES)
     (tmp_path / "prometheus.yml").write_text(
@@ -555,6 +579,20 @@ def test_prometheus_source(monkeypatch, prometheus):
     lat = frame_with(at, "p95 ms").set_index(["engine", "hook"])
     assert lat.loc[("compressor", "should_compress"), "calls"] > lat.loc[("compressor", "compress"), "calls"]
     assert 1.0 <= lat.loc[("compressor", "select_context"), "p50 ms"] <= 5.0      # bucket (1 ms, 5 ms]
+
+
+@pytest.mark.prometheus
+def test_store_with_prometheus_alerts(monkeypatch, filled_store, prometheus):
+    at = run_ok(app(monkeypatch, store=filled_store, prometheus=prometheus))
+    assert metrics(at)["Active sessions"] == "3"          # the store is the source ...
+    banner = " ".join(e.value for e in at.error)
+    assert "HermesContextEngineFailOpen" in banner and "HermesContextCompressionTimeout" in banner
+    show(at, "Alerts & incidents")
+    alerts = frame_with(at, "alert")
+    assert set(alerts["from"]) == {"store", "prometheus"}   # ... and Prometheus adds its rule alerts
+    prom = alerts[alerts["from"] == "prometheus"].iloc[0]
+    assert prom["alert"] == "HermesContextEngineFailOpen" and prom["state"] == "firing"
+    assert prometheus in texts(at)
 
 
 def test_prometheus_unreachable(monkeypatch):

@@ -31,6 +31,7 @@ pytestmark = [
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_dashboard_apptest import feed_store  # noqa: E402  (one swappable feed for both test files)
+from test_dashboard_apptest import metrics_endpoint, prometheus  # noqa: E402,F401  (fixtures)
 
 from observed_engine.store import StoreWriter, make_row  # noqa: E402
 
@@ -49,11 +50,12 @@ def store(tmp_path) -> Path:
     return path
 
 
-@pytest.fixture
-def server(store, tmp_path, request) -> str:
+def start_streamlit(tmp_path, request, **env_vars) -> str:
     port = _free_port()
-    env = dict(os.environ, OBSERVED_STORE=str(store), OBSERVED_REFRESH_SECONDS="2")
-    env.pop("OBSERVED_PROMETHEUS_URL", None)
+    env = dict(os.environ, OBSERVED_REFRESH_SECONDS="2")
+    for var in ("OBSERVED_STORE", "OBSERVED_PROMETHEUS_URL", "OBSERVED_SOURCE"):
+        env.pop(var, None)
+    env.update(env_vars)
     log = open(tmp_path / "streamlit.log", "wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.headless", "true",
@@ -88,6 +90,11 @@ def server(store, tmp_path, request) -> str:
 
 
 @pytest.fixture
+def server(store, tmp_path, request) -> str:
+    return start_streamlit(tmp_path, request, OBSERVED_STORE=str(store))
+
+
+@pytest.fixture
 def page(request):
     sync_api = pytest.importorskip("playwright.sync_api")
     pw = sync_api.sync_playwright().start()
@@ -115,6 +122,17 @@ def _wait_charts(pg, n: int, timeout_s: float = 60.0) -> int:
             return drawn
         time.sleep(0.25)
     raise AssertionError(f"only {drawn} of {n} charts rendered")
+
+
+def _wait_tables(pg, timeout_s: float = 30.0) -> None:
+    """Wait until every st.dataframe on the page has drawn its grid."""
+    deadline = time.time() + timeout_s
+    while time.time() < deadline:
+        frames = pg.locator('[data-testid="stDataFrame"]').count()
+        drawn = pg.locator('[data-testid="stDataFrame"] canvas').count()
+        if drawn >= frames:
+            return
+        time.sleep(0.25)
 
 
 def _kpi(pg, label: str) -> str:
@@ -148,6 +166,7 @@ def test_dashboard_in_chromium(server, page, store):
         page.get_by_text(expect).first.wait_for(timeout=30_000)
         if charts:
             _wait_charts(page, charts)
+        _wait_tables(page)
         time.sleep(0.8)
         slug = re.sub(r"[^a-z]+", "-", tab.lower()).strip("-")
         page.screenshot(path=str(ARTIFACTS / f"dashboard-{slug}.png"), full_page=True)
@@ -171,3 +190,25 @@ def test_live_refresh_without_reload(server, page, store):
         time.sleep(0.5)
     assert _kpi(page, "Fail-opens") == "2"
     assert page.evaluate("window.__marker") == "still the same page"     # no reload
+
+
+@pytest.mark.prometheus
+def test_prometheus_source_in_chromium(prometheus, page, tmp_path, request):
+    ARTIFACTS.mkdir(exist_ok=True)
+    url = start_streamlit(tmp_path, request, OBSERVED_PROMETHEUS_URL=prometheus)
+    page.goto(url)
+    page.get_by_text("Context engine observatory").wait_for(timeout=60_000)
+    page.get_by_text("never metric labels").wait_for(timeout=30_000)
+    _wait_charts(page, 1)
+    body = page.inner_text("body")
+    assert "Prometheus" in body and "HermesContextEngineFailOpen" in body
+    assert _kpi(page, "Engines") == "1"
+    time.sleep(1.0)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-prometheus.png"), full_page=True)
+    page.get_by_role("tab", name="Compressions").click()
+    page.get_by_text("Outcomes per engine").wait_for(timeout=30_000)
+    _wait_charts(page, 1)
+    _wait_tables(page)
+    time.sleep(0.8)
+    page.screenshot(path=str(ARTIFACTS / "dashboard-prometheus-compressions.png"), full_page=True)
+    assert not page.js_errors, page.js_errors
