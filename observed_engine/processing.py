@@ -358,6 +358,9 @@ class EventProcessor:
         if before is None:
             self._bad_input(st, label, "compress", "messages_not_a_list", row)
         else:
+            problem = _message_problem(before)
+            if problem is not None:
+                self._bad_input(st, label, "compress", problem, row)
             n_tokens = tokens.count_messages(_as_messages(before))
             row["messages_before"], row["tokens_before"] = len(before), n_tokens
             attrs["hermes.context.messages.before"] = len(before)
@@ -408,6 +411,9 @@ class EventProcessor:
 
     def select_context(self, st, label, args, kwargs, result, exc, extra, row, attrs):
         request = args[0] if args else kwargs.get("request_messages")
+        problem = "messages_not_a_list" if type(request) is not list else _message_problem(request)
+        if problem is not None:
+            self._bad_input(st, label, "select_context", problem, row)
         tokens = self.tokens_for(st)
         verdict = classify_selection(request, result, exc, st.last_selection, st.last_selection_obj)
         if verdict.fail_open_reason == "invalid_return":
@@ -478,6 +484,30 @@ _HANDLERS = {
                  "update_from_response", "compress", "select_context", "record_timeout_failure",
                  "handle_tool_call")
 }
+
+
+def _message_problem(messages) -> Optional[str]:
+    """The first malformed message of a list (a hook-time snapshot or the list itself), as a
+    bad-input kind: ``message_not_a_dict``, ``message_without_role``,
+    ``message_content_<type>`` (content neither a string, a list of parts nor None),
+    ``message_tool_calls_<type>`` (tool_calls not a list); None when all look right."""
+    try:
+        for item in messages:
+            if type(item) is tuple and len(item) == 3:
+                role, content, tool_calls = item
+            elif isinstance(item, dict):
+                role, content, tool_calls = item.get("role"), item.get("content"), item.get("tool_calls")
+            else:
+                return "message_not_a_dict"
+            if not isinstance(role, str) or not role:
+                return "message_without_role"
+            if content is not None and not isinstance(content, (str, list)):
+                return f"message_content_{type(content).__name__}"
+            if tool_calls is not None and not isinstance(tool_calls, list):
+                return f"message_tool_calls_{type(tool_calls).__name__}"
+    except Exception:
+        return "message_unreadable"
+    return None
 
 
 def _as_messages(snapshot):

@@ -106,6 +106,22 @@ def connect(path: os.PathLike | str, *, readonly: bool = False, timeout: float =
     return conn
 
 
+_INT64 = (-(2 ** 63), 2 ** 63 - 1)
+
+
+def _storable(row: tuple) -> tuple:
+    """``row`` with every value SQLite cannot store replaced by NULL."""
+    out = []
+    for value in row:
+        if value is None or type(value) in (str, float, bytes):
+            out.append(value)
+        elif isinstance(value, int):
+            out.append(int(value) if _INT64[0] <= value <= _INT64[1] else None)
+        else:
+            out.append(None)
+    return tuple(out)
+
+
 def make_row(**fields) -> tuple:
     """A row tuple in COLUMNS order; missing fields are NULL."""
     return tuple(fields.get(c) for c in COLUMNS)
@@ -222,7 +238,16 @@ class StoreWriter:
             conn = self._conn
             conn.execute("BEGIN IMMEDIATE")
             try:
-                conn.executemany(INSERT_SQL, batch)
+                try:
+                    conn.executemany(INSERT_SQL, batch)
+                except (OverflowError, sqlite3.InterfaceError, sqlite3.ProgrammingError) as exc:
+                    # A value SQLite cannot bind (an int beyond 64 bits, an odd type) would fail
+                    # this batch forever and block every later row: store the rows without it.
+                    conn.execute("ROLLBACK")
+                    batch = [_storable(row) for row in batch]
+                    conn.execute("BEGIN IMMEDIATE")
+                    conn.executemany(INSERT_SQL, batch)
+                    self._error("value", exc)
                 conn.execute("COMMIT")
             except BaseException:
                 try:

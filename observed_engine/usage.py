@@ -20,11 +20,17 @@ TOKEN_TYPES: Dict[str, Tuple[str, ...]] = {
 }
 
 
+# Beyond this a count is garbage, not tokens (and would not fit a float exactly, nor
+# beyond 2**63 the store's INTEGER column).
+MAX_TOKENS = 2 ** 53
+
+
 def parse_usage(usage: Any) -> Tuple[Dict[str, int], List[str]]:
     """Return ({token_type: tokens}, [problem kinds]).
 
     Problem kinds: ``usage_not_a_dict``, ``usage_field_<key>_<type>`` for a value
-    that is not a non-negative int (``None`` counts as absent, not a problem).
+    that is not a non-negative int (``None`` counts as absent, not a problem),
+    ``usage_field_<key>_too_large`` for one above ``MAX_TOKENS``.
     """
     if usage is None:
         return {}, []
@@ -40,13 +46,19 @@ def parse_usage(usage: Any) -> Tuple[Dict[str, int], List[str]]:
             if raw is None:
                 continue
             if isinstance(raw, bool) or not isinstance(raw, int):
-                if isinstance(raw, float) and raw.is_integer() and raw >= 0:
+                if isinstance(raw, float) and raw.is_integer() and 0 <= raw <= MAX_TOKENS:
                     values[token_type] = int(raw)
                     break
+                if isinstance(raw, float) and raw.is_integer() and raw > MAX_TOKENS:
+                    problems.append(f"usage_field_{key}_too_large")
+                    continue
                 problems.append(f"usage_field_{key}_{type(raw).__name__}")
                 continue
             if raw < 0:
                 problems.append(f"usage_field_{key}_negative")
+                continue
+            if raw > MAX_TOKENS:
+                problems.append(f"usage_field_{key}_too_large")
                 continue
             values[token_type] = raw
             break

@@ -504,10 +504,21 @@ class Pipeline:
 
         return get_telemetry(self.tracer_provider, self.meter_provider, self.settings)
 
-    def flush(self) -> None:
+    def flush(self, timeout: float = 30.0) -> None:
         import observed_engine
+        from observed_engine.telemetry import all_telemetry
 
-        assert observed_engine.flush(30.0), "observed_engine.flush() timed out"
+        if observed_engine.flush(timeout):
+            return
+        details = []
+        for telemetry in all_telemetry():
+            recorder, store = telemetry.recorder, telemetry.store
+            details.append(dict(
+                ours=telemetry is self.telemetry, worker_alive=recorder._thread.is_alive(),
+                queued=len(recorder.queue), processed=recorder.processed, dropped=recorder.dropped,
+                store_queue=len(store._queue) if store else None, store_pending=len(store._pending) if store else None,
+                store_busy=store._busy if store else None, store_written=store.rows_written if store else None))
+        raise AssertionError(f"observed_engine.flush() timed out: {details}")
 
     def spans(self) -> list:
         self.flush()
