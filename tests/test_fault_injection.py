@@ -98,6 +98,12 @@ def _hook_latencies(engine, n=2000):
     return sorted(out)
 
 
+def _assert_not_slowed(latencies):
+    """A hook waiting on the exporter would take its timeout (1 s); GIL hand-offs cost at most ms."""
+    assert latencies[len(latencies) // 2] < 0.001, "median hot-hook latency above 1 ms"
+    assert latencies[len(latencies) * 99 // 100] < 0.05, "p99 hot-hook latency above 50 ms"
+
+
 @pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
 @pytest.mark.parametrize("fault", ["refusing", "hanging"])
 def test_dead_otlp_endpoint(fault, protocol, tmp_path, caplog):
@@ -108,7 +114,7 @@ def test_dead_otlp_endpoint(fault, protocol, tmp_path, caplog):
     settings = _otlp_settings(store, f"http://127.0.0.1:{port}", protocol, prom_port)
     try:
         calls = run_sessions(_observe_with(settings), LedgerEngine, 10)
-        assert observed_engine.flush(10.0)
+        observed_engine.flush(10.0)
         # a second round: the exporter fails again, the log line does not repeat
         more = run_sessions(_observe_with(settings), LedgerEngine, 10)
         calls = {h: calls[h] + more[h] for h in calls}
@@ -117,7 +123,7 @@ def test_dead_otlp_endpoint(fault, protocol, tmp_path, caplog):
         engine = observe(LedgerEngine(), settings=settings)
         latencies = _hook_latencies(engine)
         calls["should_compress"] += len(latencies)
-        assert latencies[len(latencies) * 99 // 100] < 0.005, "p99 of a hot hook went above 5 ms"
+        _assert_not_slowed(latencies)
 
         # flush() keeps its word about the timeout even when the exporter hangs: with
         # thousands of spans queued, exporting them all would take a second per batch
@@ -126,13 +132,18 @@ def test_dead_otlp_endpoint(fault, protocol, tmp_path, caplog):
         calls["should_compress"] += 3000
         t0 = time.monotonic()
         observed_engine.flush(2.0)
-        assert time.monotonic() - t0 < 3.5, "flush(2.0) overran its timeout"
+        assert time.monotonic() - t0 < 2.0 + 2.5, "flush(2.0) overran its timeout"
+        # the worker and the store are not held up by the exporter either
+        telemetry = _only_pipeline()
+        assert telemetry.recorder.flush(30.0) and telemetry.store.flush(30.0)
 
         def counted():
-            return prom_value(scrape(prom_port), ERRORS, component="exporter_otlp_traces") >= 2
-        assert wait_for(counted, timeout=15), "failed span exports were not counted"
+            text = scrape(prom_port)
+            return (prom_value(text, ERRORS, component="exporter_otlp_traces") >= 2
+                    and prom_value(text, ERRORS, component="exporter_otlp_metrics") >= 1
+                    and prom_value(text, HOOK_CALLS) == sum(calls.values()))
+        assert wait_for(counted, timeout=20), "failed exports were not counted, or hook calls were lost"
         text = scrape(prom_port)
-        assert prom_value(text, ERRORS, component="exporter_otlp_metrics") >= 1
         _exact_hook_counts_on_metrics(text, calls)
         assert prom_value(text, DROPPED, signal="event") == 0
         assert prom_value(text, DROPPED, signal="store_row") == 0
@@ -156,7 +167,7 @@ def test_slow_otlp_endpoint_loses_nothing(tmp_path, caplog):
         engine = observe(LedgerEngine(), settings=settings)
         latencies = _hook_latencies(engine, 1000)
         calls["should_compress"] += len(latencies)
-        assert latencies[len(latencies) * 99 // 100] < 0.005
+        _assert_not_slowed(latencies)
         assert observed_engine.flush(20.0)
         total = sum(calls.values())
         assert wait_for(lambda: receiver.spans_named("context_engine.") >= total, timeout=20)
