@@ -89,7 +89,7 @@ def bench_queries(path: Path, span_s: float, quantum: float) -> list:
         ("status + engines + sessions", lists),
         ("headline (KPIs + alerts)", lambda f: (src.compressions(f), src.incident_counts(f),
                                                 src.usage_now(f, sessions[:20]), src.alerts(f, f.end))),
-        ("context usage (6 sessions)", lambda f: src.usage(f, sessions[:6])),
+        ("context usage (4 sessions)", lambda f: src.usage(f, sessions[:4])),
         ("compressions", lambda f: src.compressions(f)),
         ("select_context", lambda f: src.selections(f)),
         ("incidents", lambda f: (src.incidents(f), src.incident_counts(f))),

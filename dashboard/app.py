@@ -99,7 +99,7 @@ def sidebar():
         span, end = _span(range_label, custom, status, now)
         f0 = make_filters(span, now, engines=engines, quantum=refresh, end=end)
         session = None
-        max_series = 6
+        max_series = 4
         if src.supports(CAP_SESSIONS):
             sessions = []
             if status.ok:
@@ -112,7 +112,7 @@ def sidebar():
                                 help="Sessions active in the range, most recent first.")
             session = None if pick == ALL_SESSIONS else pick
             if session is None:
-                max_series = st.slider("Sessions drawn", 1, 12, 6, key="max_series",
+                max_series = st.slider("Sessions drawn", 1, 12, 4, key="max_series",
                                        help="How many of the most recent sessions the usage view draws.")
         else:
             st.selectbox("Session", [ALL_SESSIONS], disabled=True, key="session_disabled",

@@ -32,7 +32,7 @@ SAWTOOTH_LEGEND = (
     "▼ compress(): :green[compressed] · :gray[noop] · :red[error] · :orange[timeout]"
 )
 
-_SCHEMA = "https://vega.github.io/schema/vega-lite/v5.json"
+_SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
 
 
 def _scale(mapping: dict, domain: Sequence[str]) -> dict:

@@ -46,7 +46,7 @@ class Ctx:
     now: float
     refresh: float
     status: Status
-    max_series: int = 6
+    max_series: int = 4
     all_engines: Sequence[str] = ()
     alerts_from: Optional[Source] = None      # Prometheus next to the store, for its rule alerts
     alerts_error: Optional[str] = None
