@@ -134,7 +134,7 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
     """A BatchSpanProcessor that counts the spans it drops because its bounded queue is full.
 
     With a dead or black-holed endpoint the export thread is stuck in the exporter and the
-    queue fills up; the SDK then drops spans (and only logs). The count goes to
+    queue fills up; spans that do not fit are dropped here (logged once) and counted in
     ``hermes_context_engine_telemetry_dropped_total{signal="span"}``.
     """
 
@@ -145,15 +145,25 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
         inner = getattr(self, "_batch_processor", None)      # SDK internals; absent: no counting
         self._bsp_queue = getattr(inner, "_queue", None)
         self._bsp_max = getattr(inner, "_max_queue_size", None)
+        self._logged_full = False
 
     def on_end(self, span) -> None:
         queue, limit = self._bsp_queue, self._bsp_max
-        if (self._count_drop is not None and queue is not None and limit is not None
-                and len(queue) >= limit and span.context is not None and span.context.trace_flags.sampled):
-            try:
-                self._count_drop("span", 1)
-            except Exception:
-                pass
+        if (queue is not None and limit is not None and len(queue) >= limit
+                and span.context is not None and span.context.trace_flags.sampled):
+            # Full: drop this span here. Handing it to the SDK would evict an older one and
+            # build a "Queue full" log record per span (filtered afterwards) on the worker
+            # thread -- CPU that a dead endpoint would add, competing with hooks for the GIL.
+            if not self._logged_full:
+                self._logged_full = True
+                logger.warning("observed-engine: span export queue full (%d spans; is the OTLP endpoint "
+                               "reachable?); further spans are dropped and counted", limit)
+            if self._count_drop is not None:
+                try:
+                    self._count_drop("span", 1)
+                except Exception:
+                    pass
+            return
         super().on_end(span)
 
 
@@ -211,11 +221,14 @@ def build_providers(settings: Settings, count_error: ErrorCounter,
             export_timeout_millis=settings.otlp.timeout_seconds * 1000,
         ))
     if readers:
-        mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=True)
+        # shutdown_on_exit=False: the SDK's own atexit shutdown would run before telemetry's atexit
+        # flush (registered earlier, so run later), which then exported into shut-down exporters and
+        # logged a bogus 'export failed' at every exit. telemetry._flush_at_exit flushes, then shuts down.
+        mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
         built.meter_provider = mp
         built.closers.append(lambda: mp.shutdown(timeout_millis=2000))
     if span_exporter is not None and settings.traces:
-        tp = TracerProvider(resource=resource, shutdown_on_exit=True)
+        tp = TracerProvider(resource=resource, shutdown_on_exit=False)
         tp.add_span_processor(CountingBatchSpanProcessor(
             CountingSpanExporter(span_exporter, count_error, "exporter_otlp_traces"), count_drop,
             max_queue_size=4096, max_export_batch_size=512,

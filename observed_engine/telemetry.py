@@ -39,6 +39,7 @@ class Telemetry:
         self._pending_errors: Dict[str, int] = {}
         self._pending_drops: Dict[str, int] = {}
         self._publish_pending = False
+        self._flush_threads: Dict[int, threading.Thread] = {}
         self.built: BuiltProviders = BuiltProviders()
         if tracer_provider is None and meter_provider is None and settings.enabled:
             self.built = build_providers(settings, self.count_error, self.count_drop)
@@ -227,17 +228,40 @@ class Telemetry:
             ok = self.store.flush(max(0.1, deadline - time.monotonic())) and ok
         for provider in (self.built.tracer_provider, self.built.meter_provider):
             if provider is not None:
-                try:
-                    provider.force_flush(int(max(0.1, deadline - time.monotonic()) * 1000))
-                except Exception:
-                    pass
+                ok = self._bounded_force_flush(provider, max(0.1, deadline - time.monotonic())) and ok
         return ok
+
+    def _bounded_force_flush(self, provider, timeout: float) -> bool:
+        """``provider.force_flush`` that returns within ``timeout``.
+
+        The SDK's BatchSpanProcessor.force_flush ignores its timeout and exports every
+        queued batch, each waiting the exporter's full timeout: with a black-holed OTLP
+        endpoint that is queue/batch x timeout (40 s with the defaults), at every flush
+        and at exit. It runs on a helper thread (one per provider at a time) instead.
+        """
+        with self._error_lock:
+            thread = self._flush_threads.get(id(provider))
+            if thread is None or not thread.is_alive():
+                def run(p=provider, ms=int(timeout * 1000)):
+                    try:
+                        p.force_flush(ms)
+                    except Exception:
+                        pass
+                thread = threading.Thread(target=run, name="observed-engine-flush", daemon=True)
+                self._flush_threads[id(provider)] = thread
+                thread.start()
+        thread.join(timeout)
+        return not thread.is_alive()
 
     def shutdown(self, timeout: float = 5.0) -> None:
         self.recorder.stop(timeout)
         if self.store is not None:
             self.store.close(timeout)
-        self.built.shutdown()
+        # The SDK providers' shutdown makes a last export; with a dead or black-holed endpoint
+        # that waits for the exporter's timeout and retries. Bounded here (exit must not hang).
+        closer = threading.Thread(target=self.built.shutdown, name="observed-engine-shutdown", daemon=True)
+        closer.start()
+        closer.join(timeout)
 
 
 def _as_int(value) -> int:
@@ -304,7 +328,13 @@ def shutdown_all(timeout: float = 5.0) -> None:
 
 @atexit.register
 def _flush_at_exit() -> None:
+    """Deliver what is pending, then stop the pipelines (and the providers built from settings,
+    which do not register their own atexit shutdown: see exporters.build_providers)."""
     try:
         flush(2.0)
+    except Exception:
+        pass
+    try:
+        shutdown_all(2.0)
     except Exception:
         pass
