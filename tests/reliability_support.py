@@ -231,11 +231,21 @@ class ToolEngine(LedgerEngine):
         return super().compress(messages, kwargs.get("current_tokens"), focus)
 
 
+def forwarding_ledger():
+    """A wrapper engine in the wild: not a ContextEngine, forwards every attribute to a delegate."""
+    from engines import DuckEngine
+
+    return DuckEngine(LedgerEngine())
+
+
+forwarding_ledger.name = "ledger"
+
 ENGINE_FACTORIES: Dict[str, Callable[[], Any]] = {
     "ledger": LedgerEngine,
     "selector": SelectorEngine,
     "touchy": TouchyEngine,
     "tooly": ToolEngine,
+    "forwarding": forwarding_ledger,
 }
 
 
