@@ -126,9 +126,16 @@ def sidebar():
                 alerts_from=alerts_from)
 
 
+@st.cache_data(ttl=10, max_entries=64, show_spinner=False)
+def _status(key: str, second: int, exists: bool, _src):
+    return _src.status()
+
+
 def _safe_status(src):
+    """The source's status, shared by the sidebar and the panel of one run (one COUNT(*))."""
     try:
-        return src.status()
+        path = getattr(src, "path", None)
+        return _status(src.cache_key(), int(time.time()), bool(path and os.path.exists(path)), _src=src)
     except SourceError as exc:
         from dashboard.sources import Status
         return Status("error", str(exc))

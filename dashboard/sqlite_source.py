@@ -534,11 +534,10 @@ class SQLiteSource(Source):
                 "WHERE ts >= :lo AND ts < :hi AND event = 'call' AND outcome = 'error' GROUP BY b, engine, hook",
                 {}, f)
             # Non-call rows (fail-open, timeouts, bad input) share the hook name: subtract them.
-            other = self._rows(
-                "SELECT CAST(ts / :g AS INTEGER) * :g AS b, engine, hook, COUNT(*) FROM events "
-                "WHERE event != 'call' AND ts >= :lo AND ts < :hi GROUP BY b, engine, hook",
-                {"lo": f.start, "hi": f.end, "g": f.step})
-            other_map = {(b, e, h): n for b, e, h, n in other}
+            other = self._bucketed(
+                "noncall", "SELECT CAST(ts / :g AS INTEGER) * :g AS b, engine, hook, COUNT(*) AS n FROM events "
+                "WHERE event != 'call' AND ts >= :lo AND ts < :hi GROUP BY b, engine, hook", {}, f)
+            other_map = {(b, e, h): n for b, e, h, n in other.itertuples(index=False)}
             wanted = set(pairs)
             per: Dict[tuple, Dict[float, float]] = {}
             series_rows = []
@@ -634,11 +633,22 @@ class SQLiteSource(Source):
             f"WHERE {where} ORDER BY ts DESC LIMIT :limit", params)
 
     def incident_counts(self, f: Filters) -> pd.DataFrame:
+        cols = ["engine", "hook", "event", "reason", "count"]
         params: dict = {}
         where = self._incident_where(f, params)
-        return self._frame(
-            "SELECT engine, hook, event, reason, COUNT(*) AS count FROM events "
-            f"WHERE {where} GROUP BY engine, hook, event, reason ORDER BY count DESC", params)
+        if f.start % f.step:          # an unaligned range (the alerts' last 15 minutes): one plain query
+            return self._frame(
+                "SELECT engine, hook, event, reason, COUNT(*) AS count FROM events "
+                f"WHERE {where} GROUP BY engine, hook, event, reason ORDER BY count DESC", params)
+        for k in ("lo", "hi"):
+            params.pop(k, None)
+        df = self._bucketed(
+            "incidents", "SELECT CAST(ts / :g AS INTEGER) * :g AS b, engine, hook, event, reason, COUNT(*) AS count "
+            f"FROM events WHERE {where} GROUP BY b, engine, hook, event, reason", params, f)
+        if df.empty:
+            return pd.DataFrame(columns=cols)
+        out = df.groupby(["engine", "hook", "event", "reason"], dropna=False, as_index=False)["count"].sum()
+        return out.sort_values("count", ascending=False)[cols].reset_index(drop=True)
 
     def alerts(self, f: Filters, now: float) -> pd.DataFrame:
         """Alerts derived from the store, mirroring deploy/'s rules over the last 15 minutes."""
