@@ -16,12 +16,14 @@ from reliability_support import LedgerEngine, Pipeline
 
 THREADS = 32
 SESSIONS = 1000
+import os
+TRACES = os.environ.get("LOAD_TRACES", "1") == "1"
 HOOKS = ("on_session_start", "update_from_response", "should_compress", "compress", "on_session_end")
 
 
 def test_32_threads_x_1000_sessions_exact_totals(tmp_path):
     store = tmp_path / "store.sqlite"
-    pipeline = Pipeline({"store": {"path": str(store)}, "queue_size": 2_000_000}, keep_spans=False)
+    pipeline = Pipeline({"store": {"path": str(store)}, "queue_size": 2_000_000, "traces": TRACES}, keep_spans=False)
     template = pipeline.observe(LedgerEngine())
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "hello"},
                 {"role": "assistant", "content": "hi"}]
@@ -69,7 +71,8 @@ def test_32_threads_x_1000_sessions_exact_totals(tmp_path):
     for hook in HOOKS:
         assert pipeline.total("hermes.context_engine.hook.calls", flush=False, engine="ledger", hook=hook,
                               outcome="ok") == expected, hook
-        assert pipeline.counting.by_name.get(f"context_engine.{hook}") == expected, hook
+        if TRACES:
+            assert pipeline.counting.by_name.get(f"context_engine.{hook}") == expected, hook
     assert pipeline.total("hermes.context_engine.hook.calls", flush=False) == total
     assert pipeline.total("hermes.context_engine.usage_tokens", flush=False, token_type="completion") == 5 * expected
 

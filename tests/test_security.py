@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 import types
@@ -228,9 +229,14 @@ def test_demo_dashboard_binds_loopback_by_default(tmp_path, monkeypatch):
         return None                                       # no process: nothing to stop afterwards
 
     monkeypatch.setattr(demo, "subprocess", types.SimpleNamespace(Popen=fake_popen, DEVNULL=subprocess.DEVNULL))
+    monkeypatch.setattr(demo, "build_engines", lambda *args, **kwargs: {})     # no traffic: only the servers matter
     if not demo.DASHBOARD_APP.exists():
         pytest.skip(f"{demo.DASHBOARD_APP} does not exist yet")
-    assert demo.main(["--store", str(tmp_path / "demo.sqlite"), "--sessions", "0", "--duration", "0.2"]) == 0
+    previous = signal.getsignal(signal.SIGTERM)           # the demo installs its own SIGTERM handler
+    try:
+        assert demo.main(["--store", str(tmp_path / "demo.sqlite"), "--sessions", "0", "--duration", "0.2"]) == 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     assert len(started) == 1
     cmd = started[0]
     assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
