@@ -7,6 +7,7 @@ and per session, nothing dropped.
 from __future__ import annotations
 
 import copy
+import os
 import sqlite3
 import threading
 import time
@@ -16,8 +17,7 @@ from reliability_support import LedgerEngine, Pipeline
 
 THREADS = 32
 SESSIONS = 1000
-import os
-TRACES = os.environ.get("LOAD_TRACES", "1") == "1"
+TRACES = os.environ.get("LOAD_TRACES", "1") == "1"      # LOAD_TRACES=0: metrics and store only
 HOOKS = ("on_session_start", "update_from_response", "should_compress", "compress", "on_session_end")
 
 
