@@ -33,6 +33,7 @@ from dashboard.sources import (  # noqa: E402
 RANGE_ALL = "All data"
 RANGE_CUSTOM = "Custom range"
 ALL_SESSIONS = "All sessions"
+SESSION_CHOICES = 500            # the most recent sessions offered in the sidebar
 
 
 def _flags() -> argparse.Namespace:
@@ -105,7 +106,7 @@ def sidebar():
             if status.ok:
                 try:
                     sessions = list(views._cached(src.cache_key(), "sessions", f0.key(), (), _src=src,
-                                                  _f=f0)["session"])
+                                                  _f=f0)["session"].head(SESSION_CHOICES))
                 except SourceError:
                     sessions = []
             pick = st.selectbox("Session", [ALL_SESSIONS, *sessions], index=0, key="session",

@@ -202,7 +202,7 @@ def outcome_bars(df: pd.DataFrame, category: str, colors: dict, domain: Sequence
 
 
 def lines_over_time(df: pd.DataFrame, y: str, color: str, y_title: str, fmt: str = ",.2f",
-                    dash: Optional[str] = None, height: int = HEIGHT, y_format: str = ",~g",
+                    dash: Optional[str] = None, height: int = HEIGHT, y_format: str = ",.3~r",
                     span_s: float = 3600.0, x_domain: Optional[Sequence[float]] = None) -> dict:
     d = df.copy()
     d["t"] = _ms(d["ts"]).to_numpy()

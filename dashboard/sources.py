@@ -136,7 +136,7 @@ class Source:
         """Engine names seen (in the range where the source can tell)."""
         raise NotImplementedError
 
-    def sessions(self, f: Filters, limit: int = 200) -> pd.DataFrame:
+    def sessions(self, f: Filters, limit: Optional[int] = None) -> pd.DataFrame:
         """[session, engine, last_ts] active in the range, most recent first."""
         return pd.DataFrame(columns=["session", "engine", "last_ts"])
 

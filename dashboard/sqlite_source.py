@@ -198,7 +198,7 @@ class SQLiteSource(Source):
             keys.append(":" + k)
         return "(" + (", ".join(keys) if keys else "NULL") + ")"
 
-    def sessions(self, f: Filters, limit: int = 200) -> pd.DataFrame:
+    def sessions(self, f: Filters, limit: Optional[int] = None) -> pd.DataFrame:
         """Sessions with events in [start, end), most recent first: [session, engine, last_ts].
 
         Cold: a loose index scan over events_session_ts (one seek per distinct
@@ -233,7 +233,7 @@ class SQLiteSource(Source):
         rows = [(sess, engine, ts) for sess, (ts, engine) in known.items()
                 if ts is not None and f.start <= ts < f.end and (not f.engines or engine in f.engines)]
         rows.sort(key=lambda r: r[2], reverse=True)
-        return pd.DataFrame(rows[:limit], columns=cols)
+        return pd.DataFrame(rows[:limit] if limit else rows, columns=cols)
 
     # -- the incremental bucket cache ---------------------------------------
 
