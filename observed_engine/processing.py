@@ -337,7 +337,7 @@ class EventProcessor:
             row["prompt_tokens"] = max(int(prompt), 0)
             row["threshold_tokens"] = int(threshold)
             row["window_tokens"] = int(window)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):   # e.g. an engine's float('inf') window
             pass
 
     def _bad_input(self, st, label, hook, kind, row) -> None:
@@ -415,7 +415,9 @@ class EventProcessor:
         if problem is not None:
             self._bad_input(st, label, "select_context", problem, row)
         tokens = self.tokens_for(st)
-        verdict = classify_selection(request, result, exc, st.last_selection, st.last_selection_obj)
+        # extra: the selected list's items, copied on the hook path (the engine may edit its list later)
+        verdict = classify_selection(request, result, exc, st.last_selection, st.last_selection_obj,
+                                     snapshot=extra if type(extra) is tuple else None)
         if verdict.fail_open_reason == "invalid_return":
             # exceptions are counted by the generic host_swallows path
             self._fail_open(st, label, "select_context", "invalid_return", row)

@@ -24,7 +24,11 @@ class Verdict:
 
 
 def classify_selection(request: Any, result: Any, exc: Optional[BaseException],
-                       previous: Optional[tuple], previous_obj: Any) -> Verdict:
+                       previous: Optional[tuple], previous_obj: Any,
+                       snapshot: Optional[tuple] = None) -> Verdict:
+    """``snapshot``: ``tuple(result)`` taken when the hook returned. An engine may keep
+    one list and edit it in place between calls, so neither the object's identity nor
+    its content at processing time says what was sent; the snapshot does."""
     if exc is not None:
         return Verdict("fail_open", "exception", type(exc).__name__)
     if result is None:
@@ -38,8 +42,8 @@ def classify_selection(request: Any, result: Any, exc: Optional[BaseException],
             return Verdict("fail_open", "invalid_return", f"a list with a {type(item).__name__} item")
     if result is request:
         return Verdict("unchanged", selection=None)
-    selection = tuple(result)
-    if previous is not None and (result is previous_obj or selection == previous):
+    selection = snapshot if snapshot is not None else tuple(result)
+    if previous is not None and selection == previous:
         return Verdict("same_selection", selection=selection, first_difference=len(previous))
     first = 0
     if previous is not None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import threading
 import types
 from time import perf_counter_ns
 from typing import Any, Callable, Dict, Optional
@@ -215,6 +216,12 @@ def _copy_identity(fn, inner_cls, name, signature) -> None:
 
 # -- the hook path ----------------------------------------------------------------
 
+# Per thread: the engine whose traced hook is running. A hook the engine calls on
+# itself from inside another (ContextCompressor.on_session_start calls
+# self.bind_session_state) is the engine's own business, not a host call: it runs
+# untraced, so spans and hook_calls count what the host did.
+_inside = threading.local()
+
 def _make_hook(cls, spec, original, telemetry, meta):
     idx = HOOK_INDEX[spec.name]
     if spec.kind == COMPRESS:
@@ -231,25 +238,33 @@ def _make_hook(cls, spec, original, telemetry, meta):
     settings = telemetry.settings
     wants_context = settings.traces
     reads_state = spec.name in ("update_from_response", "update_model", "on_session_reset")
+    copies_result = spec.kind == SELECT
 
     def hook(self, *args, **kwargs):
         if not recorder.enabled:
             return original(self, *args, **kwargs)
+        outer = getattr(_inside, "engine", None)
+        if outer is self:   # the engine calling its own hook: not a host call, not traced
+            return original(self, *args, **kwargs)
         ctx = _get_current_context() if wants_context else None
+        _inside.engine = self
         t0 = perf_counter_ns()
         try:
             result = original(self, *args, **kwargs)
         except BaseException as exc:
             t1 = perf_counter_ns()
+            _inside.engine = outer
             if len(queue) < cap:
                 append((idx, self, t0, t1, exc, args, kwargs, None, ctx, None))
             else:
                 dropped()
             raise
         t1 = perf_counter_ns()
+        _inside.engine = outer
         if len(queue) < cap:
             append((idx, self, t0, t1, None, args, kwargs, result, ctx,
-                    _read_state(self) if reads_state else None))
+                    _read_state(self) if reads_state else
+                    (tuple(result) if copies_result and type(result) is list else None)))
         else:
             dropped()
         return result
@@ -257,12 +272,44 @@ def _make_hook(cls, spec, original, telemetry, meta):
     return hook
 
 
+_STATE_FIELDS = ("last_prompt_tokens", "threshold_tokens", "context_length")
+
+
 def _read_state(engine):
-    """The three numbers the usage chart needs, read right after the hook."""
+    """The three numbers the usage chart needs, read right after the hook.
+
+    Read without running any of the engine's code: the instance ``__dict__``, else a
+    plain class attribute. A property or a forwarding ``__getattr__`` is not called
+    (it may have side effects, and the host did not ask for it); the row then simply
+    lacks the numbers.
+    """
     try:
-        return (engine.last_prompt_tokens, engine.threshold_tokens, engine.context_length)
+        state = object.__getattribute__(engine, "__dict__")
+    except AttributeError:
+        state = {}
+    try:
+        values = []
+        for name in _STATE_FIELDS:
+            value = state.get(name, _MISSING)
+            if value is _MISSING:
+                value = _static_class_value(type(engine), name)
+            if type(value) is not int and type(value) is not float:
+                return None
+            values.append(value)
+        return tuple(values)
     except Exception:
         return None
+
+
+_MISSING = object()
+
+
+def _static_class_value(cls, name):
+    for klass in cls.__mro__:
+        value = klass.__dict__.get(name, _MISSING)
+        if value is not _MISSING:
+            return value
+    return _MISSING
 
 
 def _snapshot_messages(messages):
@@ -285,20 +332,26 @@ def _make_compress_hook(idx, original, telemetry, meta):
     def compress(self, *args, **kwargs):
         if not recorder.enabled:
             return original(self, *args, **kwargs)
+        outer = getattr(_inside, "engine", None)
+        if outer is self:   # the engine calling its own hook: not a host call, not traced
+            return original(self, *args, **kwargs)
         messages = args[0] if args else kwargs.get("messages")
         before = _snapshot_messages(messages)
         span, token = telemetry.start_live_span("context_engine.compress", self, "compress")
         watch = watchdog.start(self, meta.inner_name, span)
+        _inside.engine = self
         t0 = perf_counter_ns()
         try:
             result = original(self, *args, **kwargs)
         except BaseException as exc:
             t1 = perf_counter_ns()
+            _inside.engine = outer
             late = watchdog.finish(watch)
             _detach(token)
             recorder.push((idx, self, t0, t1, exc, args, kwargs, None, span, (before, None, late, None)))
             raise
         t1 = perf_counter_ns()
+        _inside.engine = outer
         late = watchdog.finish(watch)
         _detach(token)
         recorder.push((idx, self, t0, t1, None, args, kwargs, result, span,
@@ -314,17 +367,23 @@ def _make_tool_hook(idx, original, telemetry, meta):
     def handle_tool_call(self, *args, **kwargs):
         if not recorder.enabled:
             return original(self, *args, **kwargs)
+        outer = getattr(_inside, "engine", None)
+        if outer is self:   # the engine calling its own hook: not a host call, not traced
+            return original(self, *args, **kwargs)
         tool_name = args[0] if args else kwargs.get("name")
         span, token = telemetry.start_live_span(f"execute_tool {tool_name}", self, "handle_tool_call", tool=tool_name)
+        _inside.engine = self
         t0 = perf_counter_ns()
         try:
             result = original(self, *args, **kwargs)
         except BaseException as exc:
             t1 = perf_counter_ns()
+            _inside.engine = outer
             _detach(token)
             recorder.push((idx, self, t0, t1, exc, args, kwargs, None, span, None))
             raise
         t1 = perf_counter_ns()
+        _inside.engine = outer
         _detach(token)
         recorder.push((idx, self, t0, t1, None, args, kwargs, result, span, None))
         return result
@@ -335,18 +394,22 @@ def _make_tool_hook(idx, original, telemetry, meta):
 def _make_clone_hook(idx, original, telemetry, meta):
     recorder = telemetry.recorder
 
+    wants_context = telemetry.settings.traces
+
     def clone_for_agent(self, *args, **kwargs):
+        # the span's parent: whatever is current in the host (agent construction)
+        ctx = _get_current_context() if wants_context else None
         t0 = perf_counter_ns()
         try:
             result = original(self, *args, **kwargs)
         except BaseException as exc:
             if recorder.enabled:
-                recorder.push((idx, self, t0, perf_counter_ns(), exc, args, kwargs, None, None, None))
+                recorder.push((idx, self, t0, perf_counter_ns(), exc, args, kwargs, None, ctx, None))
             raise
         if result is not None and result is not self and not is_observed(result):
             instrument_engine(result, telemetry)
         if recorder.enabled:
-            recorder.push((idx, self, t0, perf_counter_ns(), None, args, kwargs, None, None, None))
+            recorder.push((idx, self, t0, perf_counter_ns(), None, args, kwargs, None, ctx, None))
         return result
 
     return clone_for_agent
