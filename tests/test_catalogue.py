@@ -59,3 +59,10 @@ def test_readme_metric_table_is_generated_from_the_catalogue():
 def test_keys_and_names_unique():
     assert len({m.key for m in catalogue.METRICS}) == len(catalogue.METRICS)
     assert len({m.prom_name for m in catalogue.METRICS}) == len(catalogue.METRICS)
+
+
+def test_store_schema_doc_is_current():
+    from observed_engine.store import schema_markdown
+
+    assert (ROOT / "docs" / "store-schema.md").read_text() == schema_markdown(), \
+        "docs/store-schema.md is stale: regenerate it with observed_engine.store.schema_markdown()"
