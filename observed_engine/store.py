@@ -84,8 +84,15 @@ INSERT_SQL = f"INSERT INTO events ({', '.join(COLUMNS)}) VALUES ({', '.join('?' 
 
 
 def default_store_path(hermes_home: Optional[str] = None) -> Path:
-    home = hermes_home or os.environ.get("HERMES_HOME") or os.path.join(os.path.expanduser("~"), ".hermes")
-    return Path(home) / "observed" / "telemetry.sqlite"
+    """HERMES_HOME/observed/telemetry.sqlite, resolving the home the way Hermes does."""
+    if hermes_home is None:
+        try:
+            from hermes_constants import get_hermes_home  # context-local override, HERMES_HOME, default
+
+            hermes_home = str(get_hermes_home())
+        except Exception:
+            hermes_home = os.environ.get("HERMES_HOME") or os.path.join(os.path.expanduser("~"), ".hermes")
+    return Path(hermes_home) / "observed" / "telemetry.sqlite"
 
 
 def connect(path: os.PathLike | str, *, readonly: bool = False, timeout: float = 5.0) -> sqlite3.Connection:

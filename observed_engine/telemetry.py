@@ -254,7 +254,13 @@ class Telemetry:
         return not thread.is_alive()
 
     def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop this pipeline: worker, watchdog, store writer, exporters (bounded by ``timeout``)."""
+        with _LOCK:
+            for key, entry in list(_PIPELINES.items()):
+                if entry[0] is self:
+                    del _PIPELINES[key]
         self.recorder.stop(timeout)
+        self.watchdog.stop()
         if self.store is not None:
             self.store.close(timeout)
         # The SDK providers' shutdown makes a last export; with a dead or black-holed endpoint
@@ -292,7 +298,8 @@ _PIPELINES: Dict[tuple, Tuple[Telemetry, Any, Any]] = {}
 
 def get_telemetry(tracer_provider=None, meter_provider=None, settings=None) -> Telemetry:
     parsed = Settings.from_mapping(settings)
-    key = (id(tracer_provider), id(meter_provider), parsed)
+    # The resolved store path is part of the key: two Hermes homes in one process get two stores.
+    key = (id(tracer_provider), id(meter_provider), parsed, str(parsed.store_path()))
     with _LOCK:
         entry = _PIPELINES.get(key)
         if entry is not None and entry[1] is tracer_provider and entry[2] is meter_provider:

@@ -38,6 +38,7 @@ class CompressionWatchdog:
         self._running: Dict[int, _Call] = {}
         self._seq = itertools.count()
         self._thread: Optional[threading.Thread] = None
+        self._stopped = False
         self.threads_started = 0
 
     # -- called on the hook path (compress is a cold hook) --------------------
@@ -48,7 +49,7 @@ class CompressionWatchdog:
         with self._lock:
             self._running[call.seq] = call
             heapq.heappush(self._heap, (call.deadline, call.seq))
-            if self._thread is None:
+            if self._thread is None and not self._stopped:
                 self._thread = threading.Thread(target=self._run, name="observed-engine-watchdog", daemon=True)
                 self.threads_started += 1
                 self._thread.start()
@@ -74,13 +75,22 @@ class CompressionWatchdog:
         with self._lock:
             return len(self._running)
 
+    def stop(self, timeout: float = 2.0) -> None:
+        """End the thread (calls still running are no longer watched)."""
+        with self._lock:
+            self._stopped = True
+            thread = self._thread
+            self._lock.notify_all()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
     # -- the thread ---------------------------------------------------------------
 
     def _run(self) -> None:
-        while True:
+        while not self._stopped:
             due: List[_Call] = []
             with self._lock:
-                while True:
+                while not self._stopped:
                     while self._heap and self._heap[0][1] not in self._running:
                         heapq.heappop(self._heap)      # finished in time
                     if not self._heap:
