@@ -429,7 +429,7 @@ class SQLiteSource(Source):
             "SUM(event = 'call' AND outcome = 'compressed') AS compressed, "
             "SUM(event = 'call' AND outcome = 'noop') AS noop, "
             "SUM(event = 'call' AND outcome = 'error') AS error, "
-            "SUM(event = 'deadline_exceeded' OR (event = 'call' AND outcome = 'timeout')) AS timeout, "
+            "SUM(event = 'deadline_exceeded') AS timeout, "
             "SUM(event = 'host_reported') AS host_reported, "
             "SUM(event = 'late_completion') AS late_completion, "
             "SUM(event = 'call' AND duration_s IS NOT NULL) AS calls, "
