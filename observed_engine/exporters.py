@@ -194,6 +194,57 @@ def _otlp_exporters(settings: Settings):
     return OTLPSpanExporter(timeout=timeout), OTLPMetricExporter(timeout=timeout)
 
 
+class RepeatedRecordFilter(logging.Filter):
+    """Lets the first record of each kind through, then one per ``interval`` seconds.
+
+    The OTLP exporters log every failed export attempt (about one line a second per
+    signal with a dead endpoint); the failures are counted in
+    ``hermes_context_engine_telemetry_errors_total``, so the log needs them only once in a
+    while. A suppressed run is summarised ("N similar messages suppressed") on the next
+    record let through.
+    """
+
+    def __init__(self, interval: float = 300.0) -> None:
+        super().__init__()
+        self.interval = interval
+        self._last: dict = {}
+        self._suppressed: dict = {}
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        import time
+
+        key = (record.name, record.levelno, str(record.msg)[:80])
+        now = time.monotonic()
+        last = self._last.get(key)
+        if last is not None and now - last < self.interval:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return False
+        self._last[key] = now
+        skipped = self._suppressed.pop(key, 0)
+        if skipped:
+            record.msg = f"{record.msg} ({skipped} similar messages suppressed by observed-engine)"
+        return True
+
+
+OTLP_EXPORTER_LOGGERS = (
+    "opentelemetry.exporter.otlp.proto.grpc.exporter",
+    "opentelemetry.exporter.otlp.proto.http.trace_exporter",
+    "opentelemetry.exporter.otlp.proto.http.metric_exporter",
+    "opentelemetry.exporter.otlp.proto.http._common",
+    "opentelemetry.sdk.metrics._internal.export",
+    "opentelemetry.sdk.trace.export",
+)
+_REPEAT_FILTER = RepeatedRecordFilter()
+
+
+def quiet_repeated_exporter_logs() -> None:
+    """Install the repeat filter on the OTLP exporter loggers (idempotent)."""
+    for name in OTLP_EXPORTER_LOGGERS:
+        log = logging.getLogger(name)
+        if _REPEAT_FILTER not in log.filters:
+            log.addFilter(_REPEAT_FILTER)
+
+
 def build_providers(settings: Settings, count_error: ErrorCounter,
                     count_drop: Optional[Callable[[str, int], None]] = None) -> BuiltProviders:
     built = BuiltProviders()
@@ -209,6 +260,7 @@ def build_providers(settings: Settings, count_error: ErrorCounter,
             readers.append(reader)
     span_exporter = metric_exporter = None
     if want_otlp:
+        quiet_repeated_exporter_logs()
         try:
             span_exporter, metric_exporter = _otlp_exporters(settings)
         except Exception as exc:
