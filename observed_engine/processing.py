@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional
 from opentelemetry.trace import Status, StatusCode
 
 from .hooks import COMPRESS, HOOK_SPECS, SELECT, TOOL
+from .messages import as_messages, message_problem
 from .selection import classify_selection
 from .store import make_row
 from .usage import parse_usage
@@ -127,8 +128,9 @@ class EventProcessor:
             except Exception as exc:
                 self.telemetry.count_error("worker")
                 self._log_once(("worker", type(exc).__name__),
-                               "observed-engine worker could not record an event (%s: %s)",
-                               type(exc).__name__, exc)
+                               "observed-engine worker could not record an event (%s); counted in "
+                               "hermes_context_engine_telemetry_errors_total{component='worker'}",
+                               type(exc).__name__)   # the type only: the message may quote content
         self._flush_batch()
 
     def _flush_batch(self) -> None:
@@ -358,15 +360,15 @@ class EventProcessor:
         if before is None:
             self._bad_input(st, label, "compress", "messages_not_a_list", row)
         else:
-            problem = _message_problem(before)
+            problem = message_problem(before)
             if problem is not None:
                 self._bad_input(st, label, "compress", problem, row)
-            n_tokens = tokens.count_messages(_as_messages(before))
+            n_tokens = tokens.count_messages(as_messages(before))
             row["messages_before"], row["tokens_before"] = len(before), n_tokens
             attrs["hermes.context.messages.before"] = len(before)
             attrs["hermes.context.tokens.before"] = n_tokens
         if after is not None:
-            n_tokens = tokens.count_messages(_as_messages(after))
+            n_tokens = tokens.count_messages(as_messages(after))
             row["messages_after"], row["tokens_after"] = len(after), n_tokens
             attrs["hermes.context.messages.after"] = len(after)
             attrs["hermes.context.tokens.after"] = n_tokens
@@ -411,7 +413,7 @@ class EventProcessor:
 
     def select_context(self, st, label, args, kwargs, result, exc, extra, row, attrs):
         request = args[0] if args else kwargs.get("request_messages")
-        problem = "messages_not_a_list" if type(request) is not list else _message_problem(request)
+        problem = "messages_not_a_list" if type(request) is not list else message_problem(request)
         if problem is not None:
             self._bad_input(st, label, "select_context", problem, row)
         tokens = self.tokens_for(st)
@@ -426,15 +428,15 @@ class EventProcessor:
                            "the host falls back to the original request", st.name, verdict.detail)
         lost = 0
         if verdict.result == "changed_selection" and st.last_selection is not None:
-            lost = tokens.count_messages_from(_as_messages(st.last_selection), verdict.first_difference)
+            lost = tokens.count_messages_from(as_messages(st.last_selection), verdict.first_difference)
         if verdict.selection is not None:
             st.last_selection, st.last_selection_obj = verdict.selection, result
-            n_sel = tokens.count_messages(_as_messages(verdict.selection))
+            n_sel = tokens.count_messages(as_messages(verdict.selection))
             row["messages_after"], row["tokens_after"] = len(verdict.selection), n_sel
             attrs["hermes.context.selection.messages"] = len(verdict.selection)
             attrs["hermes.context.selection.tokens"] = n_sel
         if type(request) is list:
-            n_req = tokens.count_messages(_as_messages(request))
+            n_req = tokens.count_messages(as_messages(request))
             row["messages_before"], row["tokens_before"] = len(request), n_req
             attrs["hermes.context.request.tokens"] = n_req
         budget = kwargs.get("budget_tokens")
@@ -486,42 +488,3 @@ _HANDLERS = {
                  "update_from_response", "compress", "select_context", "record_timeout_failure",
                  "handle_tool_call")
 }
-
-
-def _message_problem(messages) -> Optional[str]:
-    """The first malformed message of a list (a hook-time snapshot or the list itself), as a
-    bad-input kind: ``message_not_a_dict``, ``message_without_role``,
-    ``message_content_<type>`` (content neither a string, a list of parts nor None),
-    ``message_tool_calls_<type>`` (tool_calls not a list); None when all look right."""
-    try:
-        for item in messages:
-            if type(item) is tuple and len(item) == 3:
-                role, content, tool_calls = item
-            elif isinstance(item, dict):
-                role, content, tool_calls = item.get("role"), item.get("content"), item.get("tool_calls")
-            else:
-                return "message_not_a_dict"
-            if not isinstance(role, str) or not role:
-                return "message_without_role"
-            if content is not None and not isinstance(content, (str, list)):
-                return f"message_content_{type(content).__name__}"
-            if tool_calls is not None and not isinstance(tool_calls, list):
-                return f"message_tool_calls_{type(tool_calls).__name__}"
-    except Exception:
-        return "message_unreadable"
-    return None
-
-
-def _as_messages(snapshot):
-    """Messages for the token counter from a hook-time snapshot (or a plain list)."""
-    out = []
-    for item in snapshot:
-        if type(item) is tuple and len(item) == 3:
-            role, content, tool_calls = item
-            msg = {"role": role, "content": content}
-            if tool_calls:
-                msg["tool_calls"] = tool_calls
-            out.append(msg)
-        else:
-            out.append(item)
-    return out

@@ -208,6 +208,12 @@ class StoreWriter:
         self._stop = True
         self._wake.set()
         self._thread.join(timeout)
+        if not self._thread.is_alive() and self._conn is not None:
+            try:
+                self._conn.close()
+            except Exception:
+                pass
+            self._conn = None
 
     # -- the writer thread ---------------------------------------------------
 

@@ -28,6 +28,7 @@ from typing import Any, Callable, Dict, Optional
 from opentelemetry import context as otel_context
 
 from . import hooks as hookspec
+from .messages import snapshot_messages
 from .hooks import BY_NAME, CLONE, COMPRESS, HOOK_INDEX, SELECT, TOOL
 
 logger = logging.getLogger("observed_engine")
@@ -312,17 +313,7 @@ def _static_class_value(cls, name):
     return _MISSING
 
 
-def _snapshot_messages(messages):
-    """(role, content, tool_calls) per message: immune to later in-place edits, cheap."""
-    if type(messages) is not list:
-        return None
-    try:
-        return [
-            (m.get("role"), m.get("content"), m.get("tool_calls")) if type(m) is dict else m
-            for m in messages
-        ]
-    except Exception:
-        return None
+_snapshot_messages = snapshot_messages   # (local name on the hook path)
 
 
 def _make_compress_hook(idx, original, telemetry, meta):
