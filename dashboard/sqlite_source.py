@@ -25,6 +25,8 @@ dashboard never writes the store.
 
 from __future__ import annotations
 
+import functools
+
 import math
 import os
 import sqlite3
@@ -665,13 +667,13 @@ class SQLiteSource(Source):
                 for (engine, event), grp in inc.groupby(["engine", "event"]):
                     n = int(grp["count"].sum())
                     if event in ("deadline_exceeded", "host_reported"):
-                        rows.append(("HermesContextCompressionTimeout", "critical", engine,
+                        rows.append(("HermesContextCompressionTimeout", _rule_severity("HermesContextCompressionTimeout"), engine,
                                      f"{n} compression timeout(s) ({event}) in the last 15 min",
                                      first.get((engine, event))))
                     elif event == "fail_open":
                         hooks = ", ".join(sorted(set(grp["hook"].dropna())))
                         reasons = ", ".join(sorted(set(grp["reason"].dropna())))
-                        rows.append(("HermesContextEngineFailOpen", "warning", engine,
+                        rows.append(("HermesContextEngineFailOpen", _rule_severity("HermesContextEngineFailOpen"), engine,
                                      f"{n} fail-open(s) in {hooks} ({reasons}) in the last 15 min",
                                      first.get((engine, event))))
             engines = self._engine_list(f)
@@ -681,7 +683,7 @@ class SQLiteSource(Source):
                 f"SELECT engine, COUNT(*), MIN(ts) FROM events WHERE engine IN {in_e} AND hook = 'compress' "
                 "AND ts >= :lo AND event = 'call' AND outcome = 'error' GROUP BY engine", params)
             for engine, n, since in errs:
-                rows.append(("HermesContextCompressionErrors", "warning", engine,
+                rows.append(("HermesContextCompressionErrors", _rule_severity("HermesContextCompressionErrors"), engine,
                              f"{n} compress() error(s) in the last 15 min", since))
             near = self._rows(
                 "SELECT engine, session, prompt_tokens, window_tokens, MAX(ts) FROM events "
@@ -689,7 +691,7 @@ class SQLiteSource(Source):
                 params)
             for engine, session, p, w, ts in near:
                 if p and w and p >= NEAR_WINDOW_RATIO * w:
-                    rows.append(("HermesContextNearWindow", "warning", engine,
+                    rows.append(("HermesContextNearWindow", _rule_severity("HermesContextNearWindow"), engine,
                                  f"session {session} at {p / w:.0%} of its {w:,} token window", ts))
         df = pd.DataFrame(rows, columns=["alert", "severity", "engine", "detail", "since"])
         df.insert(2, "state", "firing")
@@ -723,3 +725,23 @@ def _concat(frames: Sequence[pd.DataFrame]) -> pd.DataFrame:
     if len(nonempty) == 1:
         return nonempty[0]
     return pd.concat(nonempty, ignore_index=True)
+
+
+_ALERT_RULES = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "alerts.yml"
+
+
+@functools.lru_cache(maxsize=1)
+def _rule_severities() -> dict:
+    """alert name -> severity label, read from the shipped rules (one source for both)."""
+    try:
+        import yaml
+
+        doc = yaml.safe_load(_ALERT_RULES.read_text())
+        return {rule["alert"]: rule.get("labels", {}).get("severity", "warning")
+                for group in doc.get("groups", []) for rule in group.get("rules", []) if "alert" in rule}
+    except Exception:
+        return {}
+
+
+def _rule_severity(name: str) -> str:
+    return _rule_severities().get(name, "warning")

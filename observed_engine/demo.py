@@ -88,7 +88,7 @@ def make_topic_router(context_length: int = 128_000):
             if roll < self.garbage_rate:
                 return {"oops": "not a list"}          # the host falls open
             text = str((incoming_message or {}).get("content", "")) if isinstance(incoming_message, dict) else ""
-            topic = next((t for t in TOPICS if t in text), None)
+            topic = next((t for t in TOPICS if text.startswith(f"[{t}]")), None)   # the tag only
             if topic is None:
                 return None                             # leave the request unchanged
             if topic == self._topic and self._selection is not None:

@@ -276,7 +276,7 @@ class EventProcessor:
             self._count("compression_timeouts", engine=label, kind="deadline_exceeded")
             self._count("compressions", engine=label, outcome="timeout")
             self._log_once(("deadline", st.name),
-                           "observed-engine: compress() of engine %r still running after its %.0f s deadline "
+                           "observed-engine: compress() of engine %r still running after its %g s deadline "
                            "(the host will give up on it); later overruns are counted, not logged",
                            st.name, self.telemetry.compress_timeout)
             self._rows.append(make_row(

@@ -81,8 +81,6 @@ def test_demo_fills_the_store(demo_run):
     assert not (tmp_path / "home" / "observed" / "telemetry.sqlite").exists()
 
 
-@pytest.mark.xfail(strict=True, reason="demo bug: the router's topic match finds 'cache' (a topic, and one of "
-                   "demo.WORDS) in every message, so select_context never returns None")
 def test_demo_router_leaves_untagged_requests_unchanged(demo_run):
     _, facts, _ = demo_run
     assert facts.selections["topic-router"]["unchanged"] >= 1
