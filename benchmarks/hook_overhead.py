@@ -127,6 +127,14 @@ def main(argv=None) -> int:
               f"+{d - bare_us:.2f} / +{m - bare_us:.2f} / +{f - bare_us:.2f} µs")
     print(f"\nworker CPU per event (full: span + metrics + store row), off the hook path: {worker_us:.1f} µs "
           f"(hook path for the same {n} calls: {t_hooks / n / 1000:.2f} µs/call)")
+    # The head host skips select_context/on_turn_complete unless the engine overrides the ABC's
+    # default; the wrapper defines them only when the inner does, so the built-in costs 0 calls.
+    from observed_engine.hooks import overrides_abc_default
+
+    engine_full = observed["full"][0]
+    extra = [h for h in ("select_context", "on_turn_complete") if overrides_abc_default(engine_full, h)]
+    print(f"head-host per-request hooks the observed built-in exposes: {extra or 'none'} "
+          f"-> {len(extra)} extra calls per provider request")
     print(f"python {sys.version.split()[0]}, batch {args.batch} × {args.batches}")
     return 0
 
