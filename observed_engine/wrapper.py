@@ -221,7 +221,11 @@ def _copy_identity(fn, inner_cls, name, signature) -> None:
 # itself from inside another (ContextCompressor.on_session_start calls
 # self.bind_session_state) is the engine's own business, not a host call: it runs
 # untraced, so spans and hook_calls count what the host did.
-_inside = threading.local()
+class _Inside(threading.local):
+    engine = None      # class default: plain attribute reads, no AttributeError path per thread
+
+
+_inside = _Inside()
 
 def _make_hook(cls, spec, original, telemetry, meta):
     idx = HOOK_INDEX[spec.name]
@@ -241,10 +245,18 @@ def _make_hook(cls, spec, original, telemetry, meta):
     reads_state = spec.name in ("update_from_response", "update_model", "on_session_reset")
     copies_result = spec.kind == SELECT
 
+    if reads_state:
+        def after(self, result):
+            return _read_state(self)
+    elif copies_result:
+        def after(self, result):
+            return tuple(result) if type(result) is list else None
+    else:
+        after = None
+    # (With telemetry disabled no hook is generated at all, so there is no enabled check here.)
+
     def hook(self, *args, **kwargs):
-        if not recorder.enabled:
-            return original(self, *args, **kwargs)
-        outer = getattr(_inside, "engine", None)
+        outer = _inside.engine
         if outer is self:   # the engine calling its own hook: not a host call, not traced
             return original(self, *args, **kwargs)
         ctx = _get_current_context() if wants_context else None
@@ -264,8 +276,7 @@ def _make_hook(cls, spec, original, telemetry, meta):
         _inside.engine = outer
         if len(queue) < cap:
             append((idx, self, t0, t1, None, args, kwargs, result, ctx,
-                    _read_state(self) if reads_state else
-                    (tuple(result) if copies_result and type(result) is list else None)))
+                    None if after is None else after(self, result)))
         else:
             dropped()
         return result
@@ -323,7 +334,7 @@ def _make_compress_hook(idx, original, telemetry, meta):
     def compress(self, *args, **kwargs):
         if not recorder.enabled:
             return original(self, *args, **kwargs)
-        outer = getattr(_inside, "engine", None)
+        outer = _inside.engine
         if outer is self:   # the engine calling its own hook: not a host call, not traced
             return original(self, *args, **kwargs)
         messages = args[0] if args else kwargs.get("messages")
@@ -358,7 +369,7 @@ def _make_tool_hook(idx, original, telemetry, meta):
     def handle_tool_call(self, *args, **kwargs):
         if not recorder.enabled:
             return original(self, *args, **kwargs)
-        outer = getattr(_inside, "engine", None)
+        outer = _inside.engine
         if outer is self:   # the engine calling its own hook: not a host call, not traced
             return original(self, *args, **kwargs)
         tool_name = args[0] if args else kwargs.get("name")
