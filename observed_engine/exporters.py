@@ -53,14 +53,32 @@ def process_resource() -> Resource:
     return Resource.create(attrs)   # OTEL_RESOURCE_ATTRIBUTES / OTEL_SERVICE_NAME still override
 
 
-class CountingSpanExporter(SpanExporter):
-    """Counts and logs (once) failed exports of the wrapped exporter."""
+class _FailureCounting:
+    """Shared by the counting exporters: every failed export counted, the first one logged."""
 
-    def __init__(self, inner: SpanExporter, count_error: ErrorCounter, component: str) -> None:
+    _signal = "telemetry"
+
+    def _init_counting(self, inner, count_error: ErrorCounter, component: str) -> None:
         self._inner = inner
         self._count_error = count_error
         self._component = component
         self._logged = False
+
+    def _failed(self, exc) -> None:
+        self._count_error(self._component)
+        if not self._logged:
+            self._logged = True
+            logger.warning("observed-engine: %s export failed (%s); %s are dropped, hooks are not slowed",
+                           self._component, exc or "exporter returned failure", self._signal)
+
+
+class CountingSpanExporter(_FailureCounting, SpanExporter):
+    """Counts and logs (once) failed exports of the wrapped exporter."""
+
+    _signal = "spans"
+
+    def __init__(self, inner: SpanExporter, count_error: ErrorCounter, component: str) -> None:
+        self._init_counting(inner, count_error, component)
 
     def export(self, spans):
         try:
@@ -72,13 +90,6 @@ class CountingSpanExporter(SpanExporter):
             self._failed(None)
         return result
 
-    def _failed(self, exc) -> None:
-        self._count_error(self._component)
-        if not self._logged:
-            self._logged = True
-            logger.warning("observed-engine: %s export failed (%s); spans are dropped, hooks are not slowed",
-                           self._component, exc or "exporter returned failure")
-
     def shutdown(self):
         return self._inner.shutdown()
 
@@ -89,16 +100,15 @@ class CountingSpanExporter(SpanExporter):
             return False
 
 
-class CountingMetricExporter(MetricExporter):
+class CountingMetricExporter(_FailureCounting, MetricExporter):
+    _signal = "metrics"
+
     def __init__(self, inner: MetricExporter, count_error: ErrorCounter, component: str) -> None:
         super().__init__(
             preferred_temporality=getattr(inner, "_preferred_temporality", None),
             preferred_aggregation=getattr(inner, "_preferred_aggregation", None),
         )
-        self._inner = inner
-        self._count_error = count_error
-        self._component = component
-        self._logged = False
+        self._init_counting(inner, count_error, component)
 
     def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs):
         try:
@@ -109,13 +119,6 @@ class CountingMetricExporter(MetricExporter):
         if result is not MetricExportResult.SUCCESS:
             self._failed(None)
         return result
-
-    def _failed(self, exc) -> None:
-        self._count_error(self._component)
-        if not self._logged:
-            self._logged = True
-            logger.warning("observed-engine: %s export failed (%s); metrics are dropped, hooks are not slowed",
-                           self._component, exc or "exporter returned failure")
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         try:
