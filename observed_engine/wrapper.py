@@ -253,7 +253,7 @@ def _make_hook(cls, spec, original, telemetry, meta):
             return tuple(result) if type(result) is list else None
     else:
         after = None
-    # (With telemetry disabled no hook is generated at all, so there is no enabled check here.)
+    # With telemetry disabled no hook is generated at all (instrument_engine), so no hook checks it.
 
     def hook(self, *args, **kwargs):
         outer = _inside.engine
@@ -332,8 +332,6 @@ def _make_compress_hook(idx, original, telemetry, meta):
     watchdog = telemetry.watchdog
 
     def compress(self, *args, **kwargs):
-        if not recorder.enabled:
-            return original(self, *args, **kwargs)
         outer = _inside.engine
         if outer is self:   # the engine calling its own hook: not a host call, not traced
             return original(self, *args, **kwargs)
@@ -367,8 +365,6 @@ def _make_tool_hook(idx, original, telemetry, meta):
     recorder = telemetry.recorder
 
     def handle_tool_call(self, *args, **kwargs):
-        if not recorder.enabled:
-            return original(self, *args, **kwargs)
         outer = _inside.engine
         if outer is self:   # the engine calling its own hook: not a host call, not traced
             return original(self, *args, **kwargs)
@@ -405,13 +401,11 @@ def _make_clone_hook(idx, original, telemetry, meta):
         try:
             result = original(self, *args, **kwargs)
         except BaseException as exc:
-            if recorder.enabled:
-                recorder.push((idx, self, t0, perf_counter_ns(), exc, args, kwargs, None, ctx, None))
+            recorder.push((idx, self, t0, perf_counter_ns(), exc, args, kwargs, None, ctx, None))
             raise
         if result is not None and result is not self and not is_observed(result):
             instrument_engine(result, telemetry)
-        if recorder.enabled:
-            recorder.push((idx, self, t0, perf_counter_ns(), None, args, kwargs, None, ctx, None))
+        recorder.push((idx, self, t0, perf_counter_ns(), None, args, kwargs, None, ctx, None))
         return result
 
     return clone_for_agent
