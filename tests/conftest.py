@@ -146,3 +146,15 @@ def _shutdown_pipelines():
 def _observed_cleanup():
     yield
     _shutdown_pipelines()
+
+
+@pytest.fixture
+def prov():
+    """tests/support/otel.py providers (spans, exact metric values); pipelines stopped after the test."""
+    import observed_engine
+    from support.otel import make_providers
+
+    p = make_providers()
+    yield p
+    observed_engine.shutdown(5.0)
+    p.shutdown()

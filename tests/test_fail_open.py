@@ -28,14 +28,6 @@ FAIL_OPEN = "hermes.context_engine.fail_open"
 
 
 @pytest.fixture
-def prov():
-    p = make_providers()
-    yield p
-    observed_engine.shutdown(5.0)
-    p.shutdown()
-
-
-@pytest.fixture
 def store(tmp_path):
     return tmp_path / "fail_open.sqlite"
 

@@ -21,14 +21,6 @@ from support.otel import make_providers
 NO_STORE = {"store": {"enabled": False}}
 
 
-@pytest.fixture
-def prov():
-    p = make_providers()
-    yield p
-    observed_engine.shutdown(5.0)
-    p.shutdown()
-
-
 def flush():
     assert observed_engine.flush(10.0), "observed_engine.flush() timed out"
 

@@ -31,14 +31,6 @@ from support.store_rows import count_rows, read_rows
 HERE = Path(__file__).resolve().parent
 
 
-@pytest.fixture
-def prov():
-    p = make_providers()
-    yield p
-    observed_engine.shutdown(5.0)
-    p.shutdown()
-
-
 def observed(inner, prov, path, **settings):
     return observe(inner, tracer_provider=prov.tracer_provider, meter_provider=prov.meter_provider,
                    settings={"store": {"path": str(path)}, **settings})

@@ -25,14 +25,6 @@ TIMEOUTS = "hermes.context.compression.timeouts"
 
 
 @pytest.fixture
-def prov():
-    p = make_providers()
-    yield p
-    observed_engine.shutdown(5.0)
-    p.shutdown()
-
-
-@pytest.fixture
 def store(tmp_path):
     return tmp_path / "watchdog.sqlite"
 
