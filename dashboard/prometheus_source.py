@@ -10,7 +10,8 @@ Uses only the HTTP API (``/api/v1/query``, ``/api/v1/query_range``,
 * message text: never exported.
 
 Counts over the range are ``increase()`` (extrapolated, rounded); percentiles
-are ``histogram_quantile()`` over the histogram buckets.
+are ``histogram_quantile()`` over the histogram buckets. The query shapes come
+from ``observed_engine.promql``, shared with the Grafana board generator.
 """
 
 from __future__ import annotations
@@ -31,30 +32,13 @@ from dashboard.sources import (
     CAP_ALERTS, COMPRESS_OUTCOMES, SELECTION_RESULTS, Filters, Source, SourceError, Status,
 )
 
-try:  # the names come from the catalogue; a test checks they exist there
-    from observed_engine.catalogue import BY_KEY as _BY_KEY
+from observed_engine.catalogue import BY_KEY
+from observed_engine.promql import agg, gauge, increase_sum, over, quantile, rate_sum
 
-    def _metric(key: str) -> str:
-        return _BY_KEY[key].prom_name
-except Exception:  # pragma: no cover - catalogue missing: fall back to the contract's names
-    _FALLBACK = {
-        "hook_calls": "hermes_context_engine_hook_calls_total",
-        "hook_duration": "hermes_context_engine_hook_duration_seconds",
-        "prompt_tokens": "hermes_context_prompt_tokens",
-        "threshold_tokens": "hermes_context_threshold_tokens",
-        "window_tokens": "hermes_context_window_tokens",
-        "usage_ratio": "hermes_context_usage_ratio",
-        "compressions": "hermes_context_compressions_total",
-        "compression_duration": "hermes_context_compression_duration_seconds",
-        "compression_tokens": "hermes_context_compression_tokens",
-        "compression_timeouts": "hermes_context_compression_timeouts_total",
-        "fail_open": "hermes_context_engine_fail_open_total",
-        "selections": "hermes_context_selections_total",
-        "cache_prefix_lost": "hermes_context_selection_cache_prefix_lost_tokens_total",
-    }
 
-    def _metric(key: str) -> str:
-        return _FALLBACK[key]
+def _metric(key: str) -> str:
+    return BY_KEY[key].prom_name
+
 
 HOOK_CALLS = _metric("hook_calls")
 HOOK_DURATION = _metric("hook_duration")
@@ -155,10 +139,11 @@ class PrometheusSource(Source):
 
     @staticmethod
     def _sel(f: Optional[Filters], **extra: str) -> str:
+        """Label matchers (no braces) for the engine filter and ``extra``."""
         parts = [f'{k}="{v}"' for k, v in extra.items()]
         if f is not None and f.engines:
             parts.append('engine=~"' + "|".join(re.escape(e) for e in f.engines) + '"')
-        return "{" + ", ".join(parts) + "}"
+        return ", ".join(parts)
 
     @staticmethod
     def _at(f: Filters) -> float:
@@ -211,7 +196,7 @@ class PrometheusSource(Source):
         sel = self._sel(f)
         frames = []
         for col, metric in (("prompt_tokens", PROMPT), ("threshold_tokens", THRESHOLD), ("window_tokens", WINDOW)):
-            m = self._matrix(f"max by (engine) ({metric}{sel})", f, ["engine"])
+            m = self._matrix(gauge("max", metric, ["engine"], sel), f, ["engine"])
             frames.append(m.rename(columns={"value": col}).set_index(["ts", "engine"]))
         lines = pd.concat(frames, axis=1).reset_index().rename(columns={"engine": "series"})
         # the instant values close each line at "now" (a young series has no range samples yet)
@@ -221,7 +206,7 @@ class PrometheusSource(Source):
                               ignore_index=True).sort_values(["series", "ts"])
         lines = lines[lines["series"].isin(series)] if len(series) else lines
         w = self._window(f)
-        mk = self._matrix(f"sum by (engine, outcome) (increase({COMPRESSIONS}{sel}[{w}])) > 0", f,
+        mk = self._matrix(increase_sum(COMPRESSIONS, ["engine", "outcome"], sel, w) + " > 0", f,
                           ["engine", "outcome"])
         marks = pd.DataFrame({"ts": mk["ts"], "series": mk["engine"], "outcome": mk["outcome"],
                               "tokens_before": None, "tokens_after": None, "duration_s": None})
@@ -233,7 +218,7 @@ class PrometheusSource(Source):
         cols = {}
         for col, metric in (("prompt_tokens", PROMPT), ("threshold_tokens", THRESHOLD), ("window_tokens", WINDOW),
                             ("ratio", USAGE_RATIO)):
-            cols[col] = self._vec(f"max by (engine) (last_over_time({metric}{sel}[{_dur(f.span)}]))", f,
+            cols[col] = self._vec(agg("max", ["engine"], over("last_over_time", metric, sel, _dur(f.span))), f,
                                   ["engine"])
         engines = sorted({k[0] for c in cols.values() for k in c} - {None})
         rows = []
@@ -250,17 +235,12 @@ class PrometheusSource(Source):
 
     def compressions(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
         sel, rng = self._sel(f), _dur(f.span)
-        counts = self._vec(f"sum by (engine, outcome) (increase({COMPRESSIONS}{sel}[{rng}]))", f,
-                           ["engine", "outcome"])
-        kinds = self._vec(f"sum by (engine, kind) (increase({TIMEOUTS}{sel}[{rng}]))", f, ["engine", "kind"])
-        q = {}
-        for p in (0.5, 0.95, 0.99):
-            q[p] = self._vec(f"histogram_quantile({p}, sum by (engine, le) "
-                             f"(increase({COMPRESSION_DURATION}_bucket{sel}[{rng}])))", f, ["engine"])
-        tsum = self._vec(f"sum by (engine, stage) (increase({COMPRESSION_TOKENS}_sum{sel}[{rng}]))", f,
-                         ["engine", "stage"])
-        tcnt = self._vec(f"sum by (engine, stage) (increase({COMPRESSION_TOKENS}_count{sel}[{rng}]))", f,
-                         ["engine", "stage"])
+        counts = self._vec(increase_sum(COMPRESSIONS, ["engine", "outcome"], sel, rng), f, ["engine", "outcome"])
+        kinds = self._vec(increase_sum(TIMEOUTS, ["engine", "kind"], sel, rng), f, ["engine", "kind"])
+        q = {p: self._vec(quantile(p, COMPRESSION_DURATION, ["engine"], sel, rng, fn="increase"), f, ["engine"])
+             for p in (0.5, 0.95, 0.99)}
+        tsum, tcnt = (self._vec(increase_sum(COMPRESSION_TOKENS, ["engine", "stage"], sel, rng, suffix), f,
+                                ["engine", "stage"]) for suffix in ("_sum", "_count"))
         engines = sorted(({k[0] for k in counts} | {k[0] for k in kinds}) - {None})
         rows = []
         for e in engines:
@@ -279,15 +259,15 @@ class PrometheusSource(Source):
         summary = pd.DataFrame(rows, columns=["engine", *COMPRESS_OUTCOMES, "host_reported", "late_completion",
                                               "total", "p50_s", "p95_s", "p99_s", "tokens_before_avg",
                                               "tokens_after_avg", "ratio"])
-        m = self._matrix(f"sum by (engine, outcome) (increase({COMPRESSIONS}{sel}[{_dur(f.step)}]))", f,
+        m = self._matrix(increase_sum(COMPRESSIONS, ["engine", "outcome"], sel, _dur(f.step)), f,
                          ["engine", "outcome"], shift=f.step)
         m = m[m["value"] > 0.05].rename(columns={"value": "count"})
         return summary, m[["ts", "engine", "outcome", "count"]].reset_index(drop=True)
 
     def selections(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
         sel, rng = self._sel(f), _dur(f.span)
-        counts = self._vec(f"sum by (engine, result) (increase({SELECTIONS}{sel}[{rng}]))", f, ["engine", "result"])
-        lost = self._vec(f"sum by (engine) (increase({CACHE_LOST}{sel}[{rng}]))", f, ["engine"])
+        counts = self._vec(increase_sum(SELECTIONS, ["engine", "result"], sel, rng), f, ["engine", "result"])
+        lost = self._vec(increase_sum(CACHE_LOST, ["engine"], sel, rng), f, ["engine"])
         rows = []
         for e in sorted({k[0] for k in counts} - {None}):
             c = {r: _count(counts.get((e, r))) for r in SELECTION_RESULTS}
@@ -297,20 +277,17 @@ class PrometheusSource(Source):
             rows.append((e, *(c[r] for r in SELECTION_RESULTS), total, c["changed_selection"] / total,
                          int(round(lost.get((e,), 0.0)))))
         summary = pd.DataFrame(rows, columns=["engine", *SELECTION_RESULTS, "total", "churn", "cache_lost_tokens"])
-        m = self._matrix(f"sum by (engine, result) (increase({SELECTIONS}{sel}[{_dur(f.step)}]))", f,
+        m = self._matrix(increase_sum(SELECTIONS, ["engine", "result"], sel, _dur(f.step)), f,
                          ["engine", "result"], shift=f.step)
         m = m[m["value"] > 0.05].rename(columns={"value": "count"})
         return summary, m[["ts", "engine", "result", "count"]].reset_index(drop=True)
 
     def latency(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
         sel, rng = self._sel(f), _dur(f.span)
-        calls = self._vec(f"sum by (engine, hook) (increase({HOOK_CALLS}{sel}[{rng}]))", f, ["engine", "hook"])
-        errors = self._vec(f"sum by (engine, hook) (increase({HOOK_CALLS}{self._sel(f, outcome='error')}[{rng}]))",
-                           f, ["engine", "hook"])
-        q = {}
-        for p in (0.5, 0.95, 0.99):
-            q[p] = self._vec(f"histogram_quantile({p}, sum by (engine, hook, le) "
-                             f"(increase({HOOK_DURATION}_bucket{sel}[{rng}])))", f, ["engine", "hook"])
+        by = ["engine", "hook"]
+        calls = self._vec(increase_sum(HOOK_CALLS, by, sel, rng), f, by)
+        errors = self._vec(increase_sum(HOOK_CALLS, by, self._sel(f, outcome="error"), rng), f, by)
+        q = {p: self._vec(quantile(p, HOOK_DURATION, by, sel, rng, fn="increase"), f, by) for p in (0.5, 0.95, 0.99)}
         span = max(1.0, self._at(f) - f.start)
         rows = []
         for key in sorted(k for k in calls if k[0] is not None):
@@ -321,19 +298,18 @@ class PrometheusSource(Source):
                          *(None if q[p].get(key) is None else q[p][key] * 1000.0 for p in (0.5, 0.95, 0.99))))
         table = pd.DataFrame(rows, columns=["engine", "hook", "calls", "calls_per_s", "errors", "p50_ms", "p95_ms",
                                             "p99_ms"])
-        m = self._matrix(f"sum by (engine, hook) (rate({HOOK_CALLS}{sel}[{self._window(f)}]))", f,
-                         ["engine", "hook"])
+        m = self._matrix(rate_sum(HOOK_CALLS, by, sel, self._window(f)), f, by)
         m = m.rename(columns={"value": "calls_per_s"})
         return table, m[["ts", "engine", "hook", "calls_per_s"]].reset_index(drop=True)
 
     def incident_counts(self, f: Filters) -> pd.DataFrame:
         sel, rng = self._sel(f), _dur(f.span)
         rows = []
-        for (e, h, r), v in self._vec(f"sum by (engine, hook, reason) (increase({FAIL_OPEN}{sel}[{rng}]))", f,
+        for (e, h, r), v in self._vec(increase_sum(FAIL_OPEN, ["engine", "hook", "reason"], sel, rng), f,
                                       ["engine", "hook", "reason"]).items():
             if _count(v):
                 rows.append((e, h, "fail_open", r, _count(v)))
-        for (e, k), v in self._vec(f"sum by (engine, kind) (increase({TIMEOUTS}{sel}[{rng}]))", f,
+        for (e, k), v in self._vec(increase_sum(TIMEOUTS, ["engine", "kind"], sel, rng), f,
                                    ["engine", "kind"]).items():
             if _count(v):
                 rows.append((e, "compress", k, None, _count(v)))

@@ -5,27 +5,52 @@
     python deploy/grafana/build_dashboard.py --check  # exit 1 if the committed JSON is stale
 
 The board is built from small helpers so every query uses the same template-variable selector and
-every panel the same datasource variable. Metric names must exist in
-observed_engine/catalogue.py (tests/test_deploy.py checks the generated exprs against it).
-Standard library only, so it runs without the project installed.
+every panel the same datasource variable. Metric names come from observed_engine/catalogue.py and
+the query shapes from observed_engine/promql.py, which the Streamlit dashboard's Prometheus source
+uses too (tests/test_deploy.py checks the generated exprs against the catalogue).
+Standard library only, so it runs without the project installed: both modules are loaded by path.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "dashboards" / "hermes-context-engine.json"
+PACKAGE = Path(__file__).resolve().parents[2] / "observed_engine"
+
+
+def _load(name: str):
+    """observed_engine/<name>.py without importing the package (its __init__ needs OpenTelemetry)."""
+    spec = importlib.util.spec_from_file_location(f"_board_{name}", PACKAGE / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+catalogue, promql = _load("catalogue"), _load("promql")
+agg, gauge, increase_sum, quantile, rate_sum, series = (
+    promql.agg, promql.gauge, promql.increase_sum, promql.quantile, promql.rate_sum, promql.series)
+
+
+def metric(key: str) -> str:
+    """The Prometheus name of a catalogue metric."""
+    return catalogue.BY_KEY[key].prom_name
+
 
 DS = {"type": "prometheus", "uid": "${datasource}"}
 TEMPO_DS = {"type": "tempo", "uid": "tempo"}
 # Selector for series with an engine label, and for the wrapper's own series (no engine label).
-SEL = 'job=~"$job", instance=~"$instance", engine=~"$engine"'
-PROC_SEL = 'job=~"$job", instance=~"$instance"'
+JOB_SEL = 'job=~"$job"'
+PROC_SEL = JOB_SEL + ', instance=~"$instance"'
+SEL = PROC_SEL + ', engine=~"$engine"'
 HOOK_SEL = SEL + ', hook=~"$hook"'
 RI = "$__rate_interval"
+PER_ENGINE = ["job", "instance", "engine"]      # gauges: one line per process and engine
 QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 
 
@@ -119,9 +144,8 @@ def stat(title: str, description: str, expr: str, unit: str = "short", threshold
     }
 
 
-def quantiles(metric: str, by: str, sel: str, label: str):
-    return [(f"histogram_quantile({q}, sum by (le, {by}) (rate({metric}_bucket{{{sel}}}[{RI}])))",
-             f"{name} {label}") for name, q in QUANTILES]
+def quantiles(key: str, by: str, sel: str, label: str):
+    return [(quantile(q, metric(key), [by], sel, RI), f"{name} {label}") for name, q in QUANTILES]
 
 
 def red_above(v):
@@ -144,14 +168,14 @@ def build() -> dict:
 
     b.row("Overview")
     b.add(stat("Processes reporting", "Hermes processes (job/instance) with an observed context engine.",
-               f"count(count by (job, instance) (hermes_context_engine_hook_calls_total{{{SEL}}}))"), w=6, h=4)
+               agg("count", [], agg("count", ["job", "instance"], series(metric("hook_calls"), SEL)))), w=6, h=4)
     b.add(stat("Compressions (1h)", "compress() calls in the last hour, all outcomes.",
-               f"sum(increase(hermes_context_compressions_total{{{SEL}}}[1h]))"), w=6, h=4)
+               increase_sum(metric("compressions"), [], SEL, "1h")), w=6, h=4)
     b.add(stat("Timeouts (1h)", "Compressions past their deadline in the last hour (alert: HermesContextCompressionTimeout).",
-               f"sum(increase(hermes_context_compression_timeouts_total{{{SEL}}}[1h]))",
+               increase_sum(metric("compression_timeouts"), [], SEL, "1h"),
                thresholds=red_above(1)), w=6, h=4)
     b.add(stat("Fail-opens (1h)", "Hook failures the host fell open on in the last hour (alert: HermesContextEngineFailOpen).",
-               f"sum(increase(hermes_context_engine_fail_open_total{{{SEL}}}[1h]))",
+               increase_sum(metric("fail_open"), [], SEL, "1h"),
                thresholds=red_above(1)), w=6, h=4)
 
     b.row("Context window")
@@ -159,17 +183,17 @@ def build() -> dict:
         "Context usage vs threshold & window",
         "Last prompt tokens against the compression threshold and the model's context window. "
         "Prompt above threshold without compressions: check compression.enabled / compression.threshold.",
-        [(f"max by (job, instance, engine) (hermes_context_prompt_tokens{{{SEL}}})", "prompt {{engine}} {{instance}}"),
-         (f"max by (job, instance, engine) (hermes_context_threshold_tokens{{{SEL}}})", "threshold {{engine}} {{instance}}"),
-         (f"max by (job, instance, engine) (hermes_context_window_tokens{{{SEL}}})", "window {{engine}} {{instance}}")],
+        [(gauge("max", metric("prompt_tokens"), PER_ENGINE, SEL), "prompt {{engine}} {{instance}}"),
+         (gauge("max", metric("threshold_tokens"), PER_ENGINE, SEL), "threshold {{engine}} {{instance}}"),
+         (gauge("max", metric("window_tokens"), PER_ENGINE, SEL), "window {{engine}} {{instance}}")],
         unit="short"))
     b.add(timeseries(
         "Usage ratio (prompt / window)",
         "Above 90 % for 5 minutes fires HermesContextNearWindow. The dashed line is the alert threshold; "
         "'threshold' is the engine's compression point as a fraction of the window.",
-        [(f"max by (job, instance, engine) (hermes_context_usage_ratio{{{SEL}}})", "usage {{engine}} {{instance}}"),
-         (f"max by (job, instance, engine) (hermes_context_threshold_tokens{{{SEL}}})"
-          f" / max by (job, instance, engine) (hermes_context_window_tokens{{{SEL}}} > 0)",
+        [(gauge("max", metric("usage_ratio"), PER_ENGINE, SEL), "usage {{engine}} {{instance}}"),
+         (gauge("max", metric("threshold_tokens"), PER_ENGINE, SEL)
+          + " / " + agg("max", PER_ENGINE, series(metric("window_tokens"), SEL) + " > 0"),
           "threshold {{engine}} {{instance}}")],
         unit="percentunit", thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 0.9}]))
 
@@ -177,21 +201,21 @@ def build() -> dict:
     b.add(timeseries(
         "Compression rate by outcome",
         "compress() results per second: compressed, noop, error, timeout (errors: HermesContextCompressionErrors).",
-        [(f"sum by (engine, outcome) (rate(hermes_context_compressions_total{{{SEL}}}[{RI}]))", "{{engine}} {{outcome}}")],
+        [(rate_sum(metric("compressions"), ["engine", "outcome"], SEL, RI), "{{engine}} {{outcome}}")],
         unit="ops", stack=True))
     b.add(timeseries(
         "Compression latency p50 / p95 / p99",
         "From the compress() latency histogram (buckets up to 600 s). Compare p99 with the deadline below.",
-        quantiles("hermes_context_compression_duration_seconds", "engine", SEL, "{{engine}}"),
+        quantiles("compression_duration", "engine", SEL, "{{engine}}"),
         unit="s"))
     b.add(timeseries(
         "Tokens before / after compression",
         "Mean tokens going into and out of compress(), and the mean size after/before.",
-        [(f"sum by (engine, stage) (rate(hermes_context_compression_tokens_sum{{{SEL}}}[{RI}]))"
-          f" / sum by (engine, stage) (rate(hermes_context_compression_tokens_count{{{SEL}}}[{RI}]))",
+        [(rate_sum(metric("compression_tokens"), ["engine", "stage"], SEL, RI, "_sum")
+          + " / " + rate_sum(metric("compression_tokens"), ["engine", "stage"], SEL, RI, "_count"),
           "{{stage}} {{engine}}"),
-         (f'sum by (engine) (rate(hermes_context_compression_tokens_sum{{{SEL}, stage="after"}}[{RI}]))'
-          f' / sum by (engine) (rate(hermes_context_compression_tokens_sum{{{SEL}, stage="before"}}[{RI}]))',
+         (rate_sum(metric("compression_tokens"), ["engine"], SEL + ', stage="after"', RI, "_sum")
+          + " / " + rate_sum(metric("compression_tokens"), ["engine"], SEL + ', stage="before"', RI, "_sum"),
           "after/before {{engine}}")],
         unit="short",
         overrides=[{"matcher": {"id": "byRegexp", "options": "after/before.*"},
@@ -200,12 +224,9 @@ def build() -> dict:
     b.add(timeseries(
         "Compressions in flight / oldest age vs deadline",
         "Oldest running compress() against its deadline; above it fires HermesContextCompressionStuck.",
-        [(f"max by (job, instance, engine) (hermes_context_compression_oldest_in_flight_age_seconds{{{SEL}}})",
-          "oldest age {{engine}} {{instance}}"),
-         (f"max by (job, instance, engine) (hermes_context_compression_deadline_seconds{{{SEL}}})",
-          "deadline {{engine}} {{instance}}"),
-         (f"sum by (job, instance, engine) (hermes_context_compression_in_flight{{{SEL}}})",
-          "in flight {{engine}} {{instance}}")],
+        [(gauge("max", metric("compression_oldest_age"), PER_ENGINE, SEL), "oldest age {{engine}} {{instance}}"),
+         (gauge("max", metric("compression_deadline"), PER_ENGINE, SEL), "deadline {{engine}} {{instance}}"),
+         (gauge("sum", metric("compression_in_flight"), PER_ENGINE, SEL), "in flight {{engine}} {{instance}}")],
         unit="s",
         overrides=[
             {"matcher": {"id": "byRegexp", "options": "in flight.*"},
@@ -219,62 +240,58 @@ def build() -> dict:
         "Timeouts by kind",
         "deadline_exceeded: still running past the deadline; late_completion: finished late; "
         "host_reported: the host gave up. Events per interval.",
-        [(f"sum by (engine, kind) (increase(hermes_context_compression_timeouts_total{{{SEL}}}[{RI}]))",
-          "{{engine}} {{kind}}")],
+        [(increase_sum(metric("compression_timeouts"), ["engine", "kind"], SEL, RI), "{{engine}} {{kind}}")],
         unit="short", bars=True, stack=True))
     b.add(timeseries(
         "Fail-opens by hook / reason",
         "Hook calls the host fell open on. exception: the inner engine raised; invalid_return: wrong return type. "
         "Events per interval.",
-        [(f"sum by (engine, hook, reason) (increase(hermes_context_engine_fail_open_total{{{SEL}}}[{RI}]))",
-          "{{engine}} {{hook}} {{reason}}")],
+        [(increase_sum(metric("fail_open"), ["engine", "hook", "reason"], SEL, RI), "{{engine}} {{hook}} {{reason}}")],
         unit="short", bars=True, stack=True))
 
     b.row("select_context")
     b.add(timeseries(
         "select_context outcome mix",
         "Share of select_context results: unchanged, same_selection, changed_selection, fail_open.",
-        [(f"sum by (result) (rate(hermes_context_selections_total{{{SEL}}}[{RI}]))", "{{result}}")],
+        [(rate_sum(metric("selections"), ["result"], SEL, RI), "{{result}}")],
         unit="percentunit", stack=True, percent=True), w=8)
     b.add(timeseries(
         "Selection churn rate",
         "changed_selection / all selections: each change invalidates the prompt-cache prefix.",
-        [(f'sum by (engine) (rate(hermes_context_selections_total{{{SEL}, result="changed_selection"}}[{RI}]))'
-          f" / sum by (engine) (rate(hermes_context_selections_total{{{SEL}}}[{RI}]))", "churn {{engine}}")],
+        [(rate_sum(metric("selections"), ["engine"], SEL + ', result="changed_selection"', RI)
+          + " / " + rate_sum(metric("selections"), ["engine"], SEL, RI), "churn {{engine}}")],
         unit="percentunit"), w=8)
     b.add(timeseries(
         "Prompt-cache tokens lost",
         "Prompt-cache prefix tokens invalidated by changed selections, per second.",
-        [(f"sum by (engine) (rate(hermes_context_selection_cache_prefix_lost_tokens_total{{{SEL}}}[{RI}]))",
-          "{{engine}}")],
+        [(rate_sum(metric("cache_prefix_lost"), ["engine"], SEL, RI), "{{engine}}")],
         unit="short"), w=8)
 
     b.row("Hooks")
     b.add(timeseries(
         "Hook latency p50 / p95 / p99",
         "Hook latency as the host sees it, per hook (filter with the hook variable).",
-        quantiles("hermes_context_engine_hook_duration_seconds", "hook", HOOK_SEL, "{{hook}}"),
+        quantiles("hook_duration", "hook", HOOK_SEL, "{{hook}}"),
         unit="s"))
     b.add(timeseries(
         "Hook calls/s by hook",
         "Every hook call, by hook and outcome (ok, error).",
-        [(f"sum by (hook, outcome) (rate(hermes_context_engine_hook_calls_total{{{HOOK_SEL}}}[{RI}]))",
-          "{{hook}} {{outcome}}")],
+        [(rate_sum(metric("hook_calls"), ["hook", "outcome"], HOOK_SEL, RI), "{{hook}} {{outcome}}")],
         unit="ops"))
 
     b.row("Usage and telemetry health")
     b.add(timeseries(
         "Tokens from responses by type",
         "Usage reported to update_from_response: prompt, completion, cache_read, cache_write, reasoning.",
-        [(f"sum by (token_type) (rate(hermes_context_engine_usage_tokens_total{{{SEL}}}[{RI}]))", "{{token_type}}")],
+        [(rate_sum(metric("usage_tokens"), ["token_type"], SEL, RI), "{{token_type}}")],
         unit="short", stack=True))
     b.add(timeseries(
         "Telemetry errors / drops",
         "observed-engine's own swallowed failures (by component) and items dropped from full queues "
         "(by signal); non-zero fires HermesObservedTelemetryErrors. The agent is not affected.",
-        [(f"sum by (job, instance, component) (increase(hermes_context_engine_telemetry_errors_total{{{PROC_SEL}}}[{RI}]))",
+        [(increase_sum(metric("telemetry_errors"), ["job", "instance", "component"], PROC_SEL, RI),
           "error {{component}} {{instance}}"),
-         (f"sum by (job, instance, signal) (increase(hermes_context_engine_telemetry_dropped_total{{{PROC_SEL}}}[{RI}]))",
+         (increase_sum(metric("telemetry_dropped"), ["job", "instance", "signal"], PROC_SEL, RI),
           "dropped {{signal}} {{instance}}")],
         unit="short", bars=True))
 
@@ -314,13 +331,10 @@ def build() -> dict:
             {"type": "datasource", "name": "datasource", "label": "Prometheus", "query": "prometheus",
              "current": {"selected": False, "text": "Prometheus", "value": "prometheus"},
              "hide": 0, "includeAll": False, "multi": False, "options": [], "refresh": 1, "regex": ""},
-            query_var("job", "job", "label_values(hermes_context_engine_hook_calls_total, job)"),
-            query_var("instance", "instance",
-                      'label_values(hermes_context_engine_hook_calls_total{job=~"$job"}, instance)'),
-            query_var("engine", "engine",
-                      'label_values(hermes_context_engine_hook_calls_total{job=~"$job", instance=~"$instance"}, engine)'),
-            query_var("hook", "hook",
-                      'label_values(hermes_context_engine_hook_calls_total{job=~"$job", instance=~"$instance", engine=~"$engine"}, hook)'),
+            query_var("job", "job", f"label_values({metric('hook_calls')}, job)"),
+            query_var("instance", "instance", f"label_values({series(metric('hook_calls'), JOB_SEL)}, instance)"),
+            query_var("engine", "engine", f"label_values({series(metric('hook_calls'), PROC_SEL)}, engine)"),
+            query_var("hook", "hook", f"label_values({series(metric('hook_calls'), SEL)}, hook)"),
         ]},
         "panels": b.panels,
     }

@@ -1,0 +1,54 @@
+"""observed_engine.promql: the query shapes the Streamlit dashboard and the Grafana board share."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from observed_engine import promql
+from observed_engine.catalogue import BY_KEY, prometheus_series_names
+
+ROOT = Path(__file__).resolve().parents[1]
+USERS = (ROOT / "dashboard" / "prometheus_source.py", ROOT / "deploy" / "grafana" / "build_dashboard.py")
+
+
+def test_promql_shapes_for_dashboard_and_grafana():
+    calls, dur = BY_KEY["hook_calls"].prom_name, BY_KEY["hook_duration"].prom_name
+    assert promql.series(calls) == f"{calls}{{}}"
+    assert promql.rate_sum(calls, ["engine", "hook"], 'engine=~"a"', "5m") == \
+        f'sum by (engine, hook) (rate({calls}{{engine=~"a"}}[5m]))'
+    assert promql.increase_sum(calls, [], "", "1h") == f"sum(increase({calls}{{}}[1h]))"
+    assert promql.increase_sum(BY_KEY["compression_tokens"].prom_name, ["stage"], "", "1h", "_count") == \
+        "sum by (stage) (increase(hermes_context_compression_tokens_count{}[1h]))"
+    assert promql.gauge("max", BY_KEY["window_tokens"].prom_name, ["engine"], 'job="x"') == \
+        'max by (engine) (hermes_context_window_tokens{job="x"})'
+    assert promql.agg("max", ["engine"], promql.over("last_over_time", calls, "", "60s")) == \
+        f"max by (engine) (last_over_time({calls}{{}}[60s]))"
+    # le always leads the grouping, so the by-clause check of tests/test_deploy.py holds
+    assert promql.quantile(0.95, dur, ["engine", "hook"], "", "$__rate_interval") == \
+        f"histogram_quantile(0.95, sum by (le, engine, hook) (rate({dur}_bucket{{}}[$__rate_interval])))"
+    assert promql.quantile(0.5, dur, ["engine"], "", "30s", fn="increase") == \
+        f"histogram_quantile(0.5, sum by (le, engine) (increase({dur}_bucket{{}}[30s])))"
+
+
+def test_promql_loads_without_the_package_for_the_grafana_generator():
+    """build_dashboard.py loads promql.py by path with the standard library only."""
+    tree = ast.parse((ROOT / "observed_engine" / "promql.py").read_text())
+    imported = {n.module if isinstance(n, ast.ImportFrom) else a.name
+                for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
+                for a in (n.names if isinstance(n, ast.Import) else [None])}
+    assert imported <= {"__future__", "typing"}, imported
+
+
+def test_dashboard_and_grafana_write_no_query_shapes_of_their_own():
+    """Rates, increases and percentiles go through observed_engine.promql; metric names come from the catalogue."""
+    names = prometheus_series_names()
+    for path in USERS:
+        tree = ast.parse(path.read_text())
+        docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                      if isinstance(n, (ast.Module, ast.FunctionDef, ast.ClassDef)) and ast.get_docstring(n)}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Constant) or not isinstance(node.value, str) or id(node) in docstrings:
+                continue
+            for shape in ("histogram_quantile(", "(rate(", "(increase(", *names):
+                assert shape not in node.value, (path.name, node.value)
