@@ -26,6 +26,11 @@ class HookSpec:
     # Head calls these on every request/turn only when the engine overrides the ABC's
     # default; the wrapper defines them only then, so the host's identity check still works.
     only_if_overridden: bool = False
+    # Called on every provider request and, in every engine we know, never calls another
+    # hook of its engine. The wrapper's hook for it checks the self-call guard but does not
+    # set it (one thread-local read instead of a read and two writes), and takes the fast
+    # generated form with the inner's exact signature (wrapper.py).
+    leaf: bool = False
 
 
 HOOK_SPECS: Tuple[HookSpec, ...] = (
@@ -33,23 +38,23 @@ HOOK_SPECS: Tuple[HookSpec, ...] = (
     HookSpec("on_session_start", host_swallows=True),
     HookSpec("on_session_end", host_swallows=True),
     HookSpec("on_session_reset", host_swallows=True),
-    HookSpec("update_from_response"),
-    HookSpec("should_compress"),
-    HookSpec("should_compress_info"),
-    HookSpec("should_compress_preflight"),
-    HookSpec("should_defer_preflight_to_real_usage"),
+    HookSpec("update_from_response", leaf=True),
+    HookSpec("should_compress", leaf=True),
+    HookSpec("should_compress_info", leaf=True),
+    HookSpec("should_compress_preflight", leaf=True),
+    HookSpec("should_defer_preflight_to_real_usage", leaf=True),
     HookSpec("compress", kind=COMPRESS),
-    HookSpec("has_content_to_compress"),
+    HookSpec("has_content_to_compress", leaf=True),
     HookSpec("prune_tool_results_only"),
-    HookSpec("pending_compression_operation"),
-    HookSpec("get_automatic_compaction_status_message"),
+    HookSpec("pending_compression_operation", leaf=True),
+    HookSpec("get_automatic_compaction_status_message", leaf=True),
     HookSpec("emit_automatic_compaction_status"),
     HookSpec("get_tool_schemas", host_swallows=True),   # swallowed on refresh; the first call (agent init) is not
     HookSpec("handle_tool_call", kind=TOOL, host_swallows=True),
-    HookSpec("get_status"),
+    HookSpec("get_status", leaf=True),
     HookSpec("bind_session_state", host_swallows=True),
     HookSpec("carry_over_new_session_context"),
-    HookSpec("is_available"),
+    HookSpec("is_available", leaf=True),
     HookSpec("record_timeout_failure"),
     HookSpec("clone_for_agent", kind=CLONE),
     HookSpec("select_context", kind=SELECT, host_swallows=True, only_if_overridden=True),

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 
 from opentelemetry.trace import Status, StatusCode
 
+from . import engine_state
 from .hooks import COMPRESS, HOOK_SPECS, SELECT, TOOL
 from .messages import as_messages, message_problem
 from .selection import classify_selection
@@ -35,11 +36,12 @@ _REDACTED = "[redacted: observed.capture_content is off]"
 class EngineState:
     """What the worker remembers about one engine instance."""
 
-    __slots__ = ("name", "session_id", "tool_schemas_called", "last_selection", "last_selection_obj", "model",
-                 "tokens")
+    __slots__ = ("name", "engine_class", "session_id", "tool_schemas_called", "last_selection",
+                 "last_selection_obj", "model", "tokens")
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, engine_class: type = object) -> None:
         self.name = name
+        self.engine_class = engine_class   # where a state number the instance lacks is looked up
         self.session_id: Optional[str] = None
         self.tool_schemas_called = False
         self.last_selection: Optional[tuple] = None
@@ -93,7 +95,7 @@ class EventProcessor:
 
             meta = observed_meta(engine)
             name = meta.inner_name if meta else type(engine).__name__
-            st = EngineState(name)
+            st = EngineState(name, type(engine))
             self.states[id(engine)] = st
             self._known_names.add(name)
             self.telemetry.register_engine(engine)   # copies made by deepcopy appear here first
@@ -310,11 +312,11 @@ class EventProcessor:
             st.model = model
             st.tokens = None
             attrs["gen_ai.request.model"] = model
-        self._state_columns(extra, row)
+        self._state_columns(st, extra, row)
 
     def on_session_reset(self, st, label, args, kwargs, result, exc, extra, row, attrs):
         st.last_selection = st.last_selection_obj = None
-        self._state_columns(extra, row)
+        self._state_columns(st, extra, row)
 
     def update_from_response(self, st, label, args, kwargs, result, exc, extra, row, attrs):
         usage = args[0] if args else kwargs.get("usage")
@@ -329,9 +331,10 @@ class EventProcessor:
             attrs["gen_ai.usage.input_tokens"] = values["prompt"]
         if "completion" in values:
             attrs["gen_ai.usage.output_tokens"] = values["completion"]
-        self._state_columns(extra, row)
+        self._state_columns(st, extra, row)
 
-    def _state_columns(self, state, row) -> None:
+    def _state_columns(self, st, raw_state, row) -> None:
+        state = engine_state.resolve(st.engine_class, raw_state)
         if not state:
             return
         prompt, threshold, window = state
@@ -392,7 +395,7 @@ class EventProcessor:
             outcome = "compressed"
         row["outcome"] = outcome
         attrs["hermes.context.compress.outcome"] = outcome
-        self._state_columns(state, row)
+        self._state_columns(st, state, row)
         self._record(self.instruments.compression_duration, row["duration_s"], {"engine": label})
         if late:
             # counted as outcome=timeout when the deadline passed; now it is over

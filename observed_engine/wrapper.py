@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, Optional
 
 from opentelemetry import context as otel_context
 
+from . import engine_state
 from . import hooks as hookspec
 from .messages import snapshot_messages
 from .hooks import BY_NAME, CLONE, COMPRESS, HOOK_INDEX, SELECT, TOOL
@@ -216,16 +217,41 @@ def _copy_identity(fn, inner_cls, name, signature) -> None:
 
 
 # -- the hook path ----------------------------------------------------------------
-
+#
 # Per thread: the engine whose traced hook is running. A hook the engine calls on
 # itself from inside another (ContextCompressor.on_session_start calls
 # self.bind_session_state) is the engine's own business, not a host call: it runs
 # untraced, so spans and hook_calls count what the host did.
+#
+# Leaf hooks (hooks.HookSpec.leaf: the per-request ones that call no other hook) only
+# check the guard, and only while some guarded hook is running in any thread
+# (``_guarded_running`` non-empty), so on the request path the check is one global read.
 class _Inside(threading.local):
     engine = None      # class default: plain attribute reads, no AttributeError path per thread
 
 
 _inside = _Inside()
+_guarded_running: list = []   # one entry per guarded hook running now, in any thread
+
+
+def _context_getter() -> Callable[[], Any]:
+    """``opentelemetry.context.get_current``, or the same ContextVar's ``get`` without the two
+    Python calls around it when the default runtime context is in use (checked, not assumed)."""
+    try:
+        from contextvars import ContextVar
+
+        from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+
+        runtime = otel_context._RUNTIME_CONTEXT
+        if type(runtime) is ContextVarsRuntimeContext and type(runtime._current_context) is ContextVar:
+            return runtime._current_context.get
+    except Exception:
+        pass
+    return otel_context.get_current
+
+
+_get_current_context = _context_getter()
+
 
 def _make_hook(cls, spec, original, telemetry, meta):
     idx = HOOK_INDEX[spec.name]
@@ -235,163 +261,265 @@ def _make_hook(cls, spec, original, telemetry, meta):
         return _make_tool_hook(idx, original, telemetry, meta)
     if spec.kind == CLONE:
         return _make_clone_hook(idx, original, telemetry, meta)
+    if spec.leaf:
+        hook = _make_exact_leaf_hook(spec, idx, original, telemetry)
+        if hook is not None:
+            return hook
+    return _make_plain_hook(spec, idx, original, telemetry)
+
+
+def _reads_state(spec) -> bool:
+    return spec.name in ("update_from_response", "update_model", "on_session_reset")
+
+
+def _make_plain_hook(spec, idx, original, telemetry):
+    """Any plain hook, with the inner's arguments passed through as ``*args, **kwargs``."""
     recorder = telemetry.recorder
     queue = recorder.queue
     append = queue.append
     cap = recorder.capacity
     dropped = recorder.note_dropped
-    settings = telemetry.settings
-    wants_context = settings.traces
-    reads_state = spec.name in ("update_from_response", "update_model", "on_session_reset")
-    copies_result = spec.kind == SELECT
+    wants_context = telemetry.settings.traces
+    get_context = _get_current_context
+    running = _guarded_running
+    read_state = engine_state.read_raw
 
-    if reads_state:
+    if _reads_state(spec):
         def after(self, result):
-            return _read_state(self)
-    elif copies_result:
-        def after(self, result):
+            return read_state(self)
+    elif spec.kind == SELECT:
+        def after(self, result):   # the selected items, before the engine can edit its list
             return tuple(result) if type(result) is list else None
     else:
         after = None
-    # With telemetry disabled no hook is generated at all (instrument_engine), so no hook checks it.
+
+    def record(self, t0, t1, exc, args, kwargs, result, ctx):
+        if len(queue) < cap:
+            append((idx, self, t0, t1, exc, args, kwargs, result, ctx,
+                    None if after is None or exc is not None else after(self, result)))
+        else:
+            dropped()
+
+    if spec.leaf:
+        def hook(self, *args, **kwargs):
+            if running and _inside.engine is self:   # the engine calling its own hook: untraced
+                return original(self, *args, **kwargs)
+            ctx = get_context() if wants_context else None
+            t0 = perf_counter_ns()
+            try:
+                result = original(self, *args, **kwargs)
+            except BaseException as exc:
+                record(self, t0, perf_counter_ns(), exc, args, kwargs, None, ctx)
+                raise
+            record(self, t0, perf_counter_ns(), None, args, kwargs, result, ctx)
+            return result
+        return hook
 
     def hook(self, *args, **kwargs):
         outer = _inside.engine
         if outer is self:   # the engine calling its own hook: not a host call, not traced
             return original(self, *args, **kwargs)
-        ctx = _get_current_context() if wants_context else None
+        ctx = get_context() if wants_context else None
         _inside.engine = self
+        running.append(None)
         t0 = perf_counter_ns()
         try:
             result = original(self, *args, **kwargs)
         except BaseException as exc:
             t1 = perf_counter_ns()
             _inside.engine = outer
-            if len(queue) < cap:
-                append((idx, self, t0, t1, exc, args, kwargs, None, ctx, None))
-            else:
-                dropped()
+            running.pop()
+            record(self, t0, t1, exc, args, kwargs, None, ctx)
             raise
         t1 = perf_counter_ns()
         _inside.engine = outer
-        if len(queue) < cap:
-            append((idx, self, t0, t1, None, args, kwargs, result, ctx,
-                    None if after is None else after(self, result)))
-        else:
-            dropped()
+        running.pop()
+        record(self, t0, t1, None, args, kwargs, result, ctx)
         return result
 
     return hook
 
 
-_STATE_FIELDS = ("last_prompt_tokens", "threshold_tokens", "context_length")
-
-
-def _read_state(engine):
-    """The three numbers the usage chart needs, read right after the hook.
-
-    Read without running any of the engine's code: the instance ``__dict__``, else a
-    plain class attribute. A property or a forwarding ``__getattr__`` is not called
-    (it may have side effects, and the host did not ask for it); the row then simply
-    lacks the numbers.
-    """
+# The leaf hooks run on every provider request. Forwarding ``*args, **kwargs`` costs
+# about 0.4 µs here, more than the rest of the hook path, so when the inner's method is
+# a plain function with named parameters the hook is generated with exactly its
+# parameters (same names, kinds and default objects) and calls it with them. The event
+# then carries the positional values in order and the keyword-only ones by name.
+_EXACT_LEAF_SOURCE = '''\
+def {name}({params}):
+    if _oe_running and _oe_inside.engine is {self}:
+        return _oe_original({call})
+    _oe_ctx = {get_context}
+    _oe_t0 = _oe_clock()
     try:
-        state = object.__getattribute__(engine, "__dict__")
-    except AttributeError:
-        state = {}
+        _oe_result = _oe_original({call})
+    except BaseException as _oe_exc:
+        _oe_t1 = _oe_clock()
+        if len(_oe_queue) < _oe_cap:
+            _oe_append(({idx}, {self}, _oe_t0, _oe_t1, _oe_exc, {positional}, {keywords}, None, _oe_ctx, None))
+        else:
+            _oe_dropped()
+        raise
+    _oe_t1 = _oe_clock()
+    if len(_oe_queue) < _oe_cap:{read_state}
+        _oe_append(({idx}, {self}, _oe_t0, _oe_t1, None, {positional}, {keywords}, _oe_result, _oe_ctx, {state}))
+    else:
+        _oe_dropped()
+    return _oe_result
+'''
+
+# engine_state.read_raw, inlined (a call would cost a third of what it reads)
+_INLINE_READ_STATE = """
+        try:
+            _oe_d = _oe_dict_of({self}, "__dict__")
+            _oe_state = (_oe_d.get("last_prompt_tokens", _oe_missing), _oe_d.get("threshold_tokens", _oe_missing),
+                         _oe_d.get("context_length", _oe_missing))
+        except Exception:
+            _oe_state = _oe_read_state({self})"""
+
+_NO_KEYWORDS = types.MappingProxyType({})
+
+
+def _make_exact_leaf_hook(spec, idx, original, telemetry):
+    if not isinstance(original, types.FunctionType):
+        return None
     try:
-        values = []
-        for name in _STATE_FIELDS:
-            value = state.get(name, _MISSING)
-            if value is _MISSING:
-                value = _static_class_value(type(engine), name)
-            if type(value) is not int and type(value) is not float:
-                return None
-            values.append(value)
-        return tuple(values)
-    except Exception:
+        sig = inspect.signature(original, follow_wrapped=False)
+    except (TypeError, ValueError):
+        return None
+    params = list(sig.parameters.values())
+    P = inspect.Parameter
+    if not params or params[0].kind not in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD):
+        return None
+    if any(p.kind in (P.VAR_POSITIONAL, P.VAR_KEYWORD) or p.name.startswith("_oe_")
+           or not p.name.isidentifier() for p in params):
         return None
 
+    namespace: Dict[str, Any] = {}
+    rendered, call, positional, keywords = [], [], [], []
+    seen_keyword_only = False
+    for i, p in enumerate(params):
+        if p.kind is P.KEYWORD_ONLY and not seen_keyword_only:
+            rendered.append("*")
+            seen_keyword_only = True
+        text = p.name
+        if p.default is not P.empty:
+            namespace[f"_oe_default_{i}"] = p.default
+            text += f"=_oe_default_{i}"
+        rendered.append(text)
+        if i + 1 < len(params) and p.kind is P.POSITIONAL_ONLY and params[i + 1].kind is not P.POSITIONAL_ONLY:
+            rendered.append("/")
+        if p.kind is P.KEYWORD_ONLY:
+            call.append(f"{p.name}={p.name}")
+            if i:
+                keywords.append(f"{p.name!r}: {p.name}")
+        else:
+            call.append(p.name)
+            if i:
+                positional.append(p.name)
+    if len(params) == 1 and params[0].kind is P.POSITIONAL_ONLY:
+        rendered.append("/")
+    self_name = params[0].name
+    recorder = telemetry.recorder
+    namespace.update(
+        _oe_running=_guarded_running, _oe_inside=_inside, _oe_original=original, _oe_clock=perf_counter_ns,
+        _oe_queue=recorder.queue, _oe_append=recorder.queue.append, _oe_cap=recorder.capacity,
+        _oe_dropped=recorder.note_dropped, _oe_get_context=_get_current_context, _oe_no_keywords=_NO_KEYWORDS,
+        _oe_dict_of=object.__getattribute__, _oe_missing=engine_state.MISSING,
+        _oe_read_state=engine_state.read_raw,
+    )
+    source = _EXACT_LEAF_SOURCE.format(
+        name=spec.name, params=", ".join(rendered), self=self_name, call=", ".join(call), idx=idx,
+        get_context="_oe_get_context()" if telemetry.settings.traces else "None",
+        positional="(" + "".join(f"{n}, " for n in positional) + ")",
+        keywords="{" + ", ".join(keywords) + "}" if keywords else "_oe_no_keywords",
+        read_state=_INLINE_READ_STATE.format(self=self_name) if _reads_state(spec) else "",
+        state="_oe_state" if _reads_state(spec) else "None",
+    )
+    try:
+        code = compile(source, f"<observed-engine {spec.name}>", "exec")
+        exec(code, namespace)
+    except SyntaxError:
+        return None
+    return namespace[spec.name]
 
-_MISSING = object()
+
+def _make_compress_hook(idx, original, telemetry, meta):
+    watchdog = telemetry.watchdog
+
+    def start(self, args, kwargs):
+        messages = args[0] if args else kwargs.get("messages")
+        before = _snapshot_messages(messages)
+        span, token = telemetry.start_live_span("context_engine.compress", self, "compress")
+        return span, token, (before, watchdog.start(self, meta.inner_name, span))
+
+    def finish(self, started, result, exc):
+        before, watch = started
+        late = watchdog.finish(watch)
+        if exc is not None:
+            return before, None, late, None
+        return before, _snapshot_messages(result), late, engine_state.read_raw(self)
+
+    return _make_live_span_hook(idx, original, telemetry, start, finish)
 
 
-def _static_class_value(cls, name):
-    for klass in cls.__mro__:
-        value = klass.__dict__.get(name, _MISSING)
-        if value is not _MISSING:
-            return value
-    return _MISSING
+def _make_tool_hook(idx, original, telemetry, meta):
+    def start(self, args, kwargs):
+        tool_name = args[0] if args else kwargs.get("name")
+        span, token = telemetry.start_live_span(f"execute_tool {tool_name}", self, "handle_tool_call",
+                                                tool=tool_name)
+        return span, token, None
+
+    def finish(self, started, result, exc):
+        return None
+
+    return _make_live_span_hook(idx, original, telemetry, start, finish)
+
+
+def _make_live_span_hook(idx, original, telemetry, start, finish):
+    """compress() and tool calls: a live span (the engine's own spans nest under it) and a guard.
+
+    ``start(self, args, kwargs) -> (span, context token, started)`` runs before the inner's
+    method; ``finish(self, started, result, exc) -> extra`` right after it, before the
+    span's context is detached. The span is finished by the worker.
+    """
+    recorder = telemetry.recorder
+    running = _guarded_running
+
+    def hook(self, *args, **kwargs):
+        outer = _inside.engine
+        if outer is self:   # the engine calling its own hook: not a host call, not traced
+            return original(self, *args, **kwargs)
+        span, token, started = start(self, args, kwargs)
+        _inside.engine = self
+        running.append(None)
+        t0 = perf_counter_ns()
+        try:
+            result = original(self, *args, **kwargs)
+        except BaseException as exc:
+            t1 = perf_counter_ns()
+            _inside.engine = outer
+            running.pop()
+            extra = finish(self, started, None, exc)
+            _detach(token)
+            recorder.push((idx, self, t0, t1, exc, args, kwargs, None, span, extra))
+            raise
+        t1 = perf_counter_ns()
+        _inside.engine = outer
+        running.pop()
+        extra = finish(self, started, result, None)
+        _detach(token)
+        recorder.push((idx, self, t0, t1, None, args, kwargs, result, span, extra))
+        return result
+
+    return hook
 
 
 _snapshot_messages = snapshot_messages   # (local name on the hook path)
 
 
-def _make_compress_hook(idx, original, telemetry, meta):
-    recorder = telemetry.recorder
-    watchdog = telemetry.watchdog
-
-    def compress(self, *args, **kwargs):
-        outer = _inside.engine
-        if outer is self:   # the engine calling its own hook: not a host call, not traced
-            return original(self, *args, **kwargs)
-        messages = args[0] if args else kwargs.get("messages")
-        before = _snapshot_messages(messages)
-        span, token = telemetry.start_live_span("context_engine.compress", self, "compress")
-        watch = watchdog.start(self, meta.inner_name, span)
-        _inside.engine = self
-        t0 = perf_counter_ns()
-        try:
-            result = original(self, *args, **kwargs)
-        except BaseException as exc:
-            t1 = perf_counter_ns()
-            _inside.engine = outer
-            late = watchdog.finish(watch)
-            _detach(token)
-            recorder.push((idx, self, t0, t1, exc, args, kwargs, None, span, (before, None, late, None)))
-            raise
-        t1 = perf_counter_ns()
-        _inside.engine = outer
-        late = watchdog.finish(watch)
-        _detach(token)
-        recorder.push((idx, self, t0, t1, None, args, kwargs, result, span,
-                       (before, _snapshot_messages(result), late, _read_state(self))))
-        return result
-
-    return compress
-
-
-def _make_tool_hook(idx, original, telemetry, meta):
-    recorder = telemetry.recorder
-
-    def handle_tool_call(self, *args, **kwargs):
-        outer = _inside.engine
-        if outer is self:   # the engine calling its own hook: not a host call, not traced
-            return original(self, *args, **kwargs)
-        tool_name = args[0] if args else kwargs.get("name")
-        span, token = telemetry.start_live_span(f"execute_tool {tool_name}", self, "handle_tool_call", tool=tool_name)
-        _inside.engine = self
-        t0 = perf_counter_ns()
-        try:
-            result = original(self, *args, **kwargs)
-        except BaseException as exc:
-            t1 = perf_counter_ns()
-            _inside.engine = outer
-            _detach(token)
-            recorder.push((idx, self, t0, t1, exc, args, kwargs, None, span, None))
-            raise
-        t1 = perf_counter_ns()
-        _inside.engine = outer
-        _detach(token)
-        recorder.push((idx, self, t0, t1, None, args, kwargs, result, span, None))
-        return result
-
-    return handle_tool_call
-
-
 def _make_clone_hook(idx, original, telemetry, meta):
     recorder = telemetry.recorder
-
     wants_context = telemetry.settings.traces
 
     def clone_for_agent(self, *args, **kwargs):

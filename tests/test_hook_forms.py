@@ -1,0 +1,219 @@
+"""The two forms of a per-request (leaf) hook, and the self-call guard they share.
+
+A leaf hook whose inner method is a plain function with named parameters is
+generated with exactly those parameters (wrapper._make_exact_leaf_hook); any other
+shape falls back to ``*args, **kwargs``. Both must be indistinguishable from the
+bare engine: results, the very default objects, keyword/positional binding and
+every TypeError message for a bad call.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+
+import pytest
+from agent.context_compressor import ContextCompressor
+from agent.context_engine import ContextEngine
+
+from engines import NarrowEngine, transcript
+
+HOOK_CALLS = "hermes.context_engine.hook.calls"
+USAGE_TOKENS = "hermes.context_engine.usage_tokens"
+SENTINEL = object()
+
+
+def is_exact(engine, hook):
+    return getattr(type(engine), hook).__code__.co_filename == f"<observed-engine {hook}>"
+
+
+class ShapesEngine(ContextEngine):
+    """Leaf hooks with every parameter kind the exact form has to reproduce."""
+
+    name = "shapes"
+
+    def __init__(self):
+        self.seen = []
+        self.threshold_tokens = 100
+        self.context_length = 1000
+
+    def update_from_response(self, usage, /, *, source=SENTINEL):
+        self.seen.append(("update_from_response", usage, source))
+        self.last_prompt_tokens = usage.get("prompt_tokens", 0) if isinstance(usage, dict) else 0
+
+    def should_compress(self, prompt_tokens=SENTINEL, extra=[]):   # noqa: B006 (the default object is the point)
+        self.seen.append(("should_compress", prompt_tokens, extra))
+        extra.append(1)
+        return prompt_tokens is SENTINEL
+
+    def should_defer_preflight_to_real_usage(this, rough_tokens, *, strict):
+        this.seen.append(("defer", rough_tokens, strict))
+        return strict
+
+    def get_status(self, *args, **kwargs):          # variadic: the *args form
+        self.seen.append(("get_status", args, kwargs))
+        return {"args": args, "kwargs": kwargs}
+
+    def has_content_to_compress(self, messages, _oe_clash=None):   # a name the generator reserves
+        self.seen.append(("has_content", len(messages), _oe_clash))
+        return bool(messages)
+
+    @staticmethod
+    def is_available():                              # not a plain function on the class
+        return True
+
+    def compress(self, messages, current_tokens=None, **kwargs):
+        return messages
+
+
+def _decorated(fn):
+    @functools.wraps(fn)
+    def wrapper(self, *args, **kwargs):
+        self.seen.append(("decorator", args, tuple(sorted(kwargs))))
+        return fn(self, *args, **kwargs)
+    return wrapper
+
+
+class DecoratedEngine(ShapesEngine):
+    name = "decorated"
+
+    @_decorated
+    def should_compress(self, prompt_tokens=None):
+        self.seen.append(("should_compress", prompt_tokens))
+        return False
+
+
+CALLS = [
+    ("update_from_response", ({"prompt_tokens": 7},), {}),
+    ("update_from_response", ({"prompt_tokens": 8},), {"source": "x"}),
+    ("update_from_response", (), {"usage": {}}),                       # positional-only by name: TypeError
+    ("update_from_response", ({}, "extra"), {}),                      # too many: TypeError
+    ("update_from_response", (), {}),                                  # missing: TypeError
+    ("should_compress", (), {}),                                       # both defaults, same objects
+    ("should_compress", (5,), {}),
+    ("should_compress", (), {"prompt_tokens": 6, "extra": []}),
+    ("should_compress", (1, [], 3), {}),                               # TypeError
+    ("should_compress", (), {"bogus": 1}),                             # TypeError
+    ("should_compress", (1,), {"prompt_tokens": 2}),                   # multiple values: TypeError
+    ("should_defer_preflight_to_real_usage", (10,), {"strict": True}),
+    ("should_defer_preflight_to_real_usage", (10, True), {}),          # keyword-only given positionally
+    ("should_defer_preflight_to_real_usage", (), {"rough_tokens": 1, "strict": False}),
+    ("get_status", (1, 2), {"k": 3}),
+    ("has_content_to_compress", ([1],), {"_oe_clash": "c"}),
+    ("is_available", (), {}),
+]
+
+
+def run(engine, hook, args, kwargs):
+    try:
+        return ("ok", getattr(engine, hook)(*args, **kwargs))
+    except TypeError as exc:
+        return ("TypeError", str(exc))
+
+
+@pytest.mark.parametrize("factory", [ShapesEngine, DecoratedEngine])
+def test_leaf_hooks_behave_like_the_bare_engine(factory, observe_engine):
+    bare, observed = factory(), observe_engine(factory())
+    for hook, args, kwargs in CALLS:
+        assert run(observed, hook, args, kwargs) == run(bare, hook, args, kwargs), (hook, args, kwargs)
+    assert observed.seen == bare.seen
+    if factory is ShapesEngine:   # the generated defaults are the inner's very objects
+        assert type(observed).should_compress.__defaults__[1] is ShapesEngine.should_compress.__defaults__[1]
+
+
+def test_which_form_each_leaf_hook_takes(observe_engine):
+    engine = observe_engine(ShapesEngine())
+    assert is_exact(engine, "update_from_response")
+    assert is_exact(engine, "should_compress")
+    assert is_exact(engine, "should_defer_preflight_to_real_usage")
+    assert not is_exact(engine, "get_status")                 # *args, **kwargs
+    assert not is_exact(engine, "has_content_to_compress")    # reserved name
+    assert not is_exact(engine, "is_available")               # staticmethod
+    decorated = observe_engine(DecoratedEngine())
+    assert not is_exact(decorated, "should_compress")         # the wrapper's real signature is variadic
+    builtin = observe_engine(ContextCompressor("gpt-4o", config_context_length=200_000, quiet_mode=True))
+    assert is_exact(builtin, "should_compress") and is_exact(builtin, "update_from_response")
+
+
+def test_both_forms_record_arguments_and_calls(observe_engine, metric_points):
+    engine = observe_engine(ShapesEngine())
+    engine.update_from_response({"prompt_tokens": 40, "completion_tokens": 2})      # exact form
+    engine.get_status(1)                                                             # *args form
+    # A call the inner's signature rejects: in the exact form Python rejects it before the
+    # hook runs, so (the inner never ran) it is not a hook call; in the *args form the
+    # inner's own function raises the TypeError inside the hook, recorded as an error.
+    with pytest.raises(TypeError):
+        engine.should_compress(1, [], 3)
+    with pytest.raises(TypeError):
+        engine.has_content_to_compress()
+    points = {(dict(k)["hook"], dict(k)["outcome"]): v for k, v in metric_points(HOOK_CALLS).items()}
+    assert points == {("update_from_response", "ok"): 1, ("get_status", "ok"): 1,
+                      ("has_content_to_compress", "error"): 1}
+    usage = {dict(k)["token_type"]: v for k, v in metric_points(USAGE_TOKENS, flush=False).items()}
+    assert usage == {"prompt": 40, "completion": 2}
+
+
+def test_state_numbers_come_from_the_instance_or_the_class(observe_engine, store_path):
+    import sqlite3
+
+    import observed_engine
+
+    class ClassWindow(ShapesEngine):
+        name = "class-window"
+        context_length = 4000          # on the class only
+
+        def __init__(self):
+            super().__init__()
+            del self.context_length
+
+    engine = observe_engine(ClassWindow())
+    engine.update_from_response({"prompt_tokens": 40})
+    assert observed_engine.flush(10)
+    with sqlite3.connect(store_path) as db:
+        row = db.execute("select prompt_tokens, threshold_tokens, window_tokens from events "
+                         "where hook='update_from_response'").fetchone()
+    assert row == (40, 100, 4000)
+
+
+class SelfCallingLeaf(NarrowEngine):
+    name = "self-calling-leaf"
+
+    def should_compress(self, prompt_tokens=None):
+        self.get_status()               # a leaf calling another hook of its engine
+        return super().should_compress(prompt_tokens)
+
+
+def test_a_hook_called_from_a_leaf_hook_is_traced(observe_engine, metric_points):
+    """Leaf hooks do not set the guard (that is what makes them cheap): documented, and pinned here."""
+    engine = observe_engine(SelfCallingLeaf())
+    engine.should_compress(1)
+    calls = {dict(k)["hook"]: v for k, v in metric_points(HOOK_CALLS).items()}
+    assert calls == {"should_compress": 1, "get_status": 1}
+
+
+def test_guard_is_per_thread(observe_engine, metric_points):
+    """While compress() runs in one thread (guard set there), another thread's calls on the
+    same engine are host calls and are traced; the compressing thread's own are not."""
+    inside, release = threading.Event(), threading.Event()
+
+    class Slow(NarrowEngine):
+        name = "slow"
+
+        def compress(self, messages, current_tokens=None, focus_topic=None):
+            self.should_compress(1)      # own call: untraced
+            inside.set()
+            assert release.wait(10)
+            return super().compress(messages, current_tokens, focus_topic)
+
+    engine = observe_engine(Slow())
+    worker = threading.Thread(target=engine.compress, args=(transcript(10),))
+    worker.start()
+    assert inside.wait(10)
+    engine.should_compress(2)            # the host, from another thread: traced
+    engine.get_status()
+    release.set()
+    worker.join(10)
+    engine.should_compress(3)            # after: traced
+    calls = {dict(k)["hook"]: v for k, v in metric_points(HOOK_CALLS).items()}
+    assert calls == {"compress": 1, "should_compress": 2, "get_status": 1}
+    assert engine.calls["should_compress"] == 3
