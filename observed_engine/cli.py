@@ -35,47 +35,13 @@ DEFAULT_SECTION_COMMENT = (
     "Every key is optional; see `observed-engine doctor`."
 )
 
-# The plugin directory's files, used when the package runs without its source
-# checkout (a wheel install). tests/test_cli_install.py keeps them identical to
-# plugins/context_engine/observed/ in the repository.
-_PLUGIN_INIT = '''"""Observed context engine for Hermes Agent.
-
-Wraps the context engine named by ``observed.inner`` in config.yaml (default:
-the built-in compressor) and records every ContextEngine hook call as
-OpenTelemetry spans, Prometheus metrics and rows of an embedded SQLite store.
-
-Select it with ``context.engine: observed``. This directory is what
-``observed-engine install`` copies into Hermes' ``plugins/context_engine/``
-(and, for newer Hermes, ``$HERMES_HOME/plugins/observed/``); the code lives in
-the ``observed-engine`` Python package, which must be installed in the same
-Python environment as Hermes. ``register(ctx)`` ends in
-``ctx.register_context_engine(engine)`` with an ``agent.context_engine.ContextEngine``.
-"""
-
-import logging
-
-_logger = logging.getLogger("observed_engine.hermes_plugin")
-
-
-def register(ctx):
-    try:
-        from observed_engine.hermes_plugin import register as _register
-    except Exception as exc:  # Hermes would hide this at debug level
-        _logger.error(
-            "observed: the observed-engine package is not importable from this Hermes "
-            "(%s: %s). Install it into Hermes' Python environment "
-            "(`pip install observed-engine`), or set `context.engine` back to your "
-            "previous engine. Hermes falls back to its built-in compressor.",
-            type(exc).__name__, exc,
-        )
-        return
-    _register(ctx)
-'''
-
-_PLUGIN_YAML = '''name: observed
-version: 0.1.0
-description: "Observability for context engines: wraps observed.inner (default: the built-in compressor) and exports OpenTelemetry spans, Prometheus metrics and an embedded SQLite store."
-'''
+# The Hermes directory plugin's files ship inside this package, in
+# observed_engine/hermes_plugin_dir/ (the one copy to edit; pyproject.toml's
+# package-data carries plugin.yaml into the wheel). The repository's
+# plugins/context_engine/observed/ is a byte-identical copy of it, kept so by
+# tests/test_cli_install.py.
+PLUGIN_FILES_DIR = "hermes_plugin_dir"
+PLUGIN_FILE_NAMES = ("__init__.py", "plugin.yaml")
 
 
 class CliError(Exception):
@@ -150,15 +116,17 @@ def entry_point_installed() -> bool:
 
 
 def plugin_source_files() -> Dict[str, str]:
-    """The plugin directory's files: from the source checkout when present."""
-    src = Path(__file__).resolve().parent.parent / "plugins" / "context_engine" / PLUGIN_NAME
-    files = {"__init__.py": _PLUGIN_INIT, "plugin.yaml": _PLUGIN_YAML}
-    for name in list(files):
-        try:
-            files[name] = (src / name).read_text(encoding="utf-8")
-        except OSError:
-            pass
-    return files
+    """The plugin directory's files, as ``install`` writes them: read from the
+    installed package (``observed_engine/hermes_plugin_dir/``) through
+    importlib.resources, so a wheel install needs no source checkout."""
+    from importlib.resources import files
+
+    base = files("observed_engine").joinpath(PLUGIN_FILES_DIR)
+    try:
+        return {name: base.joinpath(name).read_text(encoding="utf-8") for name in PLUGIN_FILE_NAMES}
+    except OSError as exc:
+        raise CliError(f"this observed-engine installation lacks its plugin files ({exc}); "
+                       f"fix: reinstall observed-engine") from exc
 
 
 # ---------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from observed_engine import cli
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
+PACKAGED_PLUGIN = REPO / "observed_engine" / "hermes_plugin_dir"
 
 ORIGINAL = textwrap.dedent("""\
     # Operator's Hermes config -- keep this comment
@@ -115,12 +116,29 @@ def backups(home: Path):
     return sorted(home.glob(cli.BACKUP_PREFIX + "*"))
 
 
-def test_plugin_files_shipped_in_the_cli_match_the_repository():
-    assert (PLUGIN_SRC / "__init__.py").read_text(encoding="utf-8") == cli._PLUGIN_INIT
-    assert (PLUGIN_SRC / "plugin.yaml").read_text(encoding="utf-8") == cli._PLUGIN_YAML
-    meta = yaml.safe_load(cli._PLUGIN_YAML)
+def test_repository_plugin_dir_is_the_packaged_copy():
+    """observed_engine/hermes_plugin_dir/ is the one copy to edit (it ships in the
+    wheel); plugins/context_engine/observed/ must stay byte-identical to it."""
+    for name in cli.PLUGIN_FILE_NAMES:
+        packaged = (PACKAGED_PLUGIN / name).read_bytes()
+        assert (PLUGIN_SRC / name).read_bytes() == packaged, (
+            f"plugins/context_engine/observed/{name} differs from observed_engine/"
+            f"{cli.PLUGIN_FILES_DIR}/{name}; edit the packaged copy, then "
+            f"`cp observed_engine/{cli.PLUGIN_FILES_DIR}/{name} plugins/context_engine/observed/`")
+    assert sorted(p.name for p in PLUGIN_SRC.iterdir() if p.name != "__pycache__") \
+        == sorted(cli.PLUGIN_FILE_NAMES)
+    assert cli.plugin_source_files() == {
+        name: (PACKAGED_PLUGIN / name).read_text(encoding="utf-8") for name in cli.PLUGIN_FILE_NAMES}
+    meta = yaml.safe_load(cli.plugin_source_files()["plugin.yaml"])
     assert meta["name"] == "observed" and meta["version"] == observed_engine.__version__
     assert meta["description"]
+
+
+def test_missing_plugin_files_are_an_operator_error(home, engines_dir, capsys, monkeypatch):
+    monkeypatch.setattr(cli, "PLUGIN_FILES_DIR", "no-such-dir")
+    code, out = run(capsys, "install", "--hermes-home", str(home), "--route", "bundled")
+    assert code == 2 and "lacks its plugin files" in out and "reinstall" in out
+    assert not (engines_dir / "observed").exists()
 
 
 def test_install_doctor_uninstall_round_trip(home, engines_dir, capsys):
@@ -142,7 +160,8 @@ def test_install_doctor_uninstall_round_trip(home, engines_dir, capsys):
     [backup] = backups(home)
     assert backup.read_text(encoding="utf-8") == ORIGINAL
     plugin_dir = engines_dir / "observed"
-    assert (plugin_dir / "__init__.py").read_text(encoding="utf-8") == cli._PLUGIN_INIT
+    for name in cli.PLUGIN_FILE_NAMES:
+        assert (plugin_dir / name).read_bytes() == (PLUGIN_SRC / name).read_bytes()
     assert (plugin_dir / cli.MARKER_FILE).exists()
 
     code, out = run(capsys, "install", "--hermes-home", str(home), "--route", "bundled")
