@@ -7,11 +7,23 @@ and of an observed twin in three modes:
   metrics   metrics on (SDK MeterProvider + reader), no spans, no store
   full      spans (SDK TracerProvider, batch processor), metrics and the SQLite store
 
-Calls are timed in batches of ``--batch`` with the worker drained between
-batches (untimed), so the figure is what the host's thread pays on the hook
-path; the worker's own CPU per event is reported separately.
+Method. The four engines are timed in rounds. In each round every engine gets
+the same treatment, in an order that rotates from round to round: all workers
+are drained (untimed), the engine makes ``--warmup`` untimed calls, then a batch
+of ``--batch`` calls is timed. So bare and observed see the same conditions; the
+figure is what the host's thread pays per call on the hook path, in steady state.
 
-    python benchmarks/hook_overhead.py [--batch 200] [--batches 300]
+Also reported, because the steady-state figure does not show them:
+
+* after an idle wait: the same, with no warm-up calls: the first calls after the
+  thread slept (waiting for a provider, or here for the drain) run on cold caches,
+  for the bare engine as much as the observed one;
+* worker busy: per-call latency percentiles while the worker thread is building
+  spans for a backlog. Python runs one thread at a time (the GIL), so while the
+  worker holds it the host's thread waits, whatever engine it calls;
+* the worker's CPU per event, off the hook path.
+
+    python benchmarks/hook_overhead.py [--batch 200] [--rounds 300] [--warmup 20]
 """
 
 from __future__ import annotations
@@ -29,6 +41,8 @@ from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult  # noqa: E402
+
+MODES = ("bare", "disabled", "metrics", "full")
 
 
 class DiscardExporter(SpanExporter):
@@ -55,23 +69,13 @@ HOOKS = {
 }
 
 
-def time_hook(engine, call, batch: int, batches: int, drain) -> float:
-    """Median µs per call over `batches` batches."""
-    per_call = []
-    perf = time.perf_counter_ns
-    for _ in range(batches):
-        t0 = perf()
-        for _ in range(batch):
-            call(engine)
-        per_call.append((perf() - t0) / batch / 1000.0)
-        drain()
-    return statistics.median(per_call)
-
-
 def build(mode: str, store_dir: str):
+    """(engine, telemetry or None) for one mode."""
     import observed_engine
     from observed_engine.telemetry import get_telemetry
 
+    if mode == "bare":
+        return make_compressor(), None
     if mode == "disabled":
         settings = {"enabled": False, "store": {"enabled": False}}
         tp = mp = None
@@ -88,54 +92,115 @@ def build(mode: str, store_dir: str):
     return engine, telemetry
 
 
+def drain(engines) -> None:
+    for _, telemetry in engines.values():
+        if telemetry is not None:
+            telemetry.recorder.flush(60)
+
+
+def time_rounds(engines, call, batch: int, rounds: int, warmup: int):
+    """Median µs per call per mode; every round drains, warms up and times each mode in turn."""
+    perf = time.perf_counter_ns
+    per_call = {mode: [] for mode in engines}
+    modes = list(engines)
+    for r in range(rounds):
+        order = modes[r % len(modes):] + modes[:r % len(modes)]
+        for mode in order:
+            engine = engines[mode][0]
+            drain(engines)
+            for _ in range(warmup):
+                call(engine)
+            t0 = perf()
+            for _ in range(batch):
+                call(engine)
+            per_call[mode].append((perf() - t0) / batch / 1000.0)
+    drain(engines)
+    return {mode: statistics.median(v) for mode, v in per_call.items()}
+
+
+def worker_busy_latency(engines, n_backlog: int, n_calls: int):
+    """Per-call µs percentiles of should_compress, bare and observed, while the full-mode worker
+    works through a backlog of ``n_backlog`` events (calls alternate between the two engines)."""
+    full_engine, telemetry = engines["full"]
+    bare = engines["bare"][0]
+    drain(engines)
+    recorder = telemetry.recorder
+    # build the backlog with the worker's wake-ups held back, then let it go
+    for _ in range(n_backlog):
+        full_engine.should_compress(1000)
+    recorder._wake.set()
+    perf = time.perf_counter_ns
+    samples = {"bare": [], "full": []}
+    for i in range(n_calls):
+        mode, engine = ("bare", bare) if i % 2 else ("full", full_engine)
+        t0 = perf()
+        engine.should_compress(1000)
+        samples[mode].append((perf() - t0) / 1000.0)
+    busy = len(recorder.queue)
+    drain(engines)
+
+    def pct(values, q):
+        values = sorted(values)
+        return values[min(len(values) - 1, int(q * len(values)))]
+
+    return {mode: (pct(v, 0.5), pct(v, 0.99), max(v)) for mode, v in samples.items()}, busy
+
+
+def worker_cpu_per_event(engines, n: int) -> float:
+    engine, telemetry = engines["full"]
+    drain(engines)
+    for _ in range(n):
+        engine.should_compress(1000)
+    t0 = time.process_time_ns()
+    telemetry.recorder.flush(120)
+    telemetry.store.flush(60)
+    return (time.process_time_ns() - t0) / n / 1000.0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch", type=int, default=200)
-    parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument("--rounds", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=20)
     args = parser.parse_args(argv)
     store_dir = tempfile.mkdtemp(prefix="observed-bench-store-")
+    engines = {mode: build(mode, store_dir) for mode in MODES}
 
-    bare = make_compressor()
-    rows = []
-    observed = {mode: build(mode, store_dir) for mode in ("disabled", "metrics", "full")}
+    steady, cold = {}, {}
     for hook, call in HOOKS.items():
-        bare_us = time_hook(bare, call, args.batch, args.batches, lambda: None)
-        row = [hook, bare_us]
-        for mode in ("disabled", "metrics", "full"):
-            engine, telemetry = observed[mode]
-            us = time_hook(engine, call, args.batch, args.batches, lambda t=telemetry: t.recorder.flush(30))
-            row.append(us)
-        rows.append(row)
+        steady[hook] = time_rounds(engines, call, args.batch, args.rounds, args.warmup)
+    for hook in ("should_compress", "update_from_response"):
+        cold[hook] = time_rounds(engines, HOOKS[hook], args.batch, max(args.rounds // 3, 10), 0)
+    busy, left = worker_busy_latency(engines, n_backlog=20_000, n_calls=20_000)
+    worker_us = worker_cpu_per_event(engines, 20_000)
 
-    # worker CPU per event in full mode
-    engine, telemetry = observed["full"]
-    telemetry.recorder.flush(30)
-    n = 20_000
-    cpu0 = time.thread_time_ns() if False else None  # noqa: F841 (worker runs on its own thread)
-    t0 = time.process_time_ns()
-    for _ in range(n):
-        engine.should_compress(1000)
-    t_hooks = time.process_time_ns() - t0
-    t1 = time.process_time_ns()
-    telemetry.recorder.flush(60)
-    telemetry.store.flush(60)
-    worker_us = (time.process_time_ns() - t1) / n / 1000.0
+    def table(title, results):
+        print(title)
+        print(f"{'hook':38s} {'bare':>6s} {'disabled':>9s} {'metrics':>8s} {'full':>6s}   added: disabled / metrics / full")
+        for hook, r in results.items():
+            b = r["bare"]
+            print(f"{hook:38s} {b:6.2f} {r['disabled']:9.2f} {r['metrics']:8.2f} {r['full']:6.2f}   "
+                  f"{r['disabled'] - b:+.2f} / {r['metrics'] - b:+.2f} / {r['full'] - b:+.2f} µs")
+        print()
 
-    print(f"{'hook':40s} {'bare µs':>8s} {'disabled':>9s} {'metrics':>9s} {'full':>9s}   added (disabled / metrics / full)")
-    for hook, bare_us, d, m, f in rows:
-        print(f"{hook:40s} {bare_us:8.2f} {d:9.2f} {m:9.2f} {f:9.2f}   "
-              f"+{d - bare_us:.2f} / +{m - bare_us:.2f} / +{f - bare_us:.2f} µs")
-    print(f"\nworker CPU per event (full: span + metrics + store row), off the hook path: {worker_us:.1f} µs "
-          f"(hook path for the same {n} calls: {t_hooks / n / 1000:.2f} µs/call)")
+    table(f"steady state: median µs per call ({args.rounds} rounds × {args.batch} calls, "
+          f"{args.warmup} warm-up calls)", steady)
+    table("after an idle wait: median µs per call over the first "
+          f"{args.batch} calls after the drain, no warm-up", cold)
+    print("worker busy (a 20,000-event backlog with spans), should_compress µs per call: p50 / p99 / max")
+    for mode, (p50, p99, mx) in busy.items():
+        print(f"  {mode:5s} {p50:8.2f} / {p99:8.2f} / {mx:8.0f}")
+    print(f"  (backlog still queued after the timed calls: {left})")
+    print(f"\nworker CPU per event (full: span + metrics + store row), off the hook path: {worker_us:.1f} µs")
+
     # The head host skips select_context/on_turn_complete unless the engine overrides the ABC's
     # default; the wrapper defines them only when the inner does, so the built-in costs 0 calls.
     from observed_engine.hooks import overrides_abc_default
 
-    engine_full = observed["full"][0]
-    extra = [h for h in ("select_context", "on_turn_complete") if overrides_abc_default(engine_full, h)]
+    extra = [h for h in ("select_context", "on_turn_complete") if overrides_abc_default(engines["full"][0], h)]
     print(f"head-host per-request hooks the observed built-in exposes: {extra or 'none'} "
           f"-> {len(extra)} extra calls per provider request")
-    print(f"python {sys.version.split()[0]}, batch {args.batch} × {args.batches}")
+    print(f"python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     return 0
 
 
