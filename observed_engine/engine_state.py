@@ -30,6 +30,15 @@ def read_raw(engine: Any) -> Optional[tuple]:
         return (MISSING, MISSING, MISSING)
 
 
+def held_by_instance(engine: Any) -> bool:
+    """Does the instance dict hold all three (the hook path then reads them in one call)?"""
+    try:
+        state = _instance_attribute(engine, "__dict__")
+        return all(name in state for name in STATE_FIELDS)
+    except Exception:
+        return False
+
+
 def resolve(engine_class: type, raw: Optional[tuple]) -> Optional[Tuple[float, float, float]]:
     """Worker: the numbers, with class defaults filled in, or None if any is not a plain number."""
     if raw is None:

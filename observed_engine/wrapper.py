@@ -20,6 +20,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import operator
 import threading
 import types
 from time import perf_counter_ns
@@ -89,7 +90,8 @@ def instrument_engine(inner: Any, telemetry) -> Any:
         )
         signatures = {name: _signature_of(inner, name) for name in available}
         exposed = telemetry.settings.name
-        cls = _generated_class(inner_cls, telemetry, inner_name, exposed, available, signatures)
+        cls = _generated_class(inner_cls, telemetry, inner_name, exposed, available, signatures,
+                               engine_state.held_by_instance(inner))
         object.__setattr__(inner, "__class__", cls)
     except Exception as exc:
         logger.warning(
@@ -107,9 +109,9 @@ def instrument_engine(inner: Any, telemetry) -> Any:
 _CLASS_CACHE: Dict[tuple, type] = {}
 
 
-def _generated_class(inner_cls, telemetry, inner_name, exposed, available, signatures):
+def _generated_class(inner_cls, telemetry, inner_name, exposed, available, signatures, state_in_instance):
     sig_key = tuple((n, str(signatures.get(n))) for n in available)
-    key = (inner_cls, id(telemetry), inner_name, exposed, sig_key)
+    key = (inner_cls, id(telemetry), inner_name, exposed, sig_key, state_in_instance)
     cached = _CLASS_CACHE.get(key)
     if cached is not None and getattr(cached, MARKER).telemetry is telemetry:
         return cached
@@ -128,7 +130,7 @@ def _generated_class(inner_cls, telemetry, inner_name, exposed, available, signa
 
     for name in available:
         original = _original_caller(cls, inner_cls, name)
-        fn = _make_hook(cls, BY_NAME[name], original, telemetry, meta)
+        fn = _make_hook(cls, BY_NAME[name], original, telemetry, meta, state_in_instance)
         _copy_identity(fn, inner_cls, name, signatures.get(name))
         setattr(cls, name, fn)
 
@@ -253,7 +255,7 @@ def _context_getter() -> Callable[[], Any]:
 _get_current_context = _context_getter()
 
 
-def _make_hook(cls, spec, original, telemetry, meta):
+def _make_hook(cls, spec, original, telemetry, meta, state_in_instance=False):
     idx = HOOK_INDEX[spec.name]
     if spec.kind == COMPRESS:
         return _make_compress_hook(idx, original, telemetry, meta)
@@ -262,7 +264,7 @@ def _make_hook(cls, spec, original, telemetry, meta):
     if spec.kind == CLONE:
         return _make_clone_hook(idx, original, telemetry, meta)
     if spec.leaf:
-        hook = _make_exact_leaf_hook(spec, idx, original, telemetry)
+        hook = _make_exact_leaf_hook(spec, idx, original, telemetry, cls, state_in_instance)
         if hook is not None:
             return hook
     return _make_plain_hook(spec, idx, original, telemetry)
@@ -368,19 +370,24 @@ def {name}({params}):
     return _oe_result
 '''
 
-# engine_state.read_raw, inlined (a call would cost a third of what it reads)
+# engine_state.read_raw, inlined (a call would cost a third of what it reads). When the
+# engine the class was generated for holds all three numbers in its instance dict (the
+# built-in does), one itemgetter call reads them; an instance that lacks one falls back.
+# ``self.__dict__`` is read directly only when no class in the MRO overrides
+# __getattribute__ (that would be engine code the host did not call).
 _INLINE_READ_STATE = """
         try:
-            _oe_d = _oe_dict_of({self}, "__dict__")
-            _oe_state = (_oe_d.get("last_prompt_tokens", _oe_missing), _oe_d.get("threshold_tokens", _oe_missing),
-                         _oe_d.get("context_length", _oe_missing))
+            _oe_state = {read}
         except Exception:
             _oe_state = _oe_read_state({self})"""
+_READ_BY_ITEMGETTER = "_oe_get_state({dict})"
+_READ_BY_GETS = ('(_oe_d := {dict}).get("last_prompt_tokens", _oe_missing), '
+                 '_oe_d.get("threshold_tokens", _oe_missing), _oe_d.get("context_length", _oe_missing)')
 
 _NO_KEYWORDS = types.MappingProxyType({})
 
 
-def _make_exact_leaf_hook(spec, idx, original, telemetry):
+def _make_exact_leaf_hook(spec, idx, original, telemetry, cls, state_in_instance):
     if not isinstance(original, types.FunctionType):
         return None
     try:
@@ -426,14 +433,14 @@ def _make_exact_leaf_hook(spec, idx, original, telemetry):
         _oe_queue=recorder.queue, _oe_append=recorder.queue.append, _oe_cap=recorder.capacity,
         _oe_dropped=recorder.note_dropped, _oe_get_context=_get_current_context, _oe_no_keywords=_NO_KEYWORDS,
         _oe_dict_of=object.__getattribute__, _oe_missing=engine_state.MISSING,
-        _oe_read_state=engine_state.read_raw,
+        _oe_read_state=engine_state.read_raw, _oe_get_state=operator.itemgetter(*engine_state.STATE_FIELDS),
     )
     source = _EXACT_LEAF_SOURCE.format(
         name=spec.name, params=", ".join(rendered), self=self_name, call=", ".join(call), idx=idx,
         get_context="_oe_get_context()" if telemetry.settings.traces else "None",
         positional="(" + "".join(f"{n}, " for n in positional) + ")",
         keywords="{" + ", ".join(keywords) + "}" if keywords else "_oe_no_keywords",
-        read_state=_INLINE_READ_STATE.format(self=self_name) if _reads_state(spec) else "",
+        read_state=_inline_read_state(cls, self_name, state_in_instance) if _reads_state(spec) else "",
         state="_oe_state" if _reads_state(spec) else "None",
     )
     try:
@@ -442,6 +449,15 @@ def _make_exact_leaf_hook(spec, idx, original, telemetry):
     except SyntaxError:
         return None
     return namespace[spec.name]
+
+
+def _inline_read_state(cls, self_name, state_in_instance) -> str:
+    if cls.__getattribute__ is object.__getattribute__:
+        instance_dict = f"{self_name}.__dict__"
+    else:
+        instance_dict = f'_oe_dict_of({self_name}, "__dict__")'
+    read = (_READ_BY_ITEMGETTER if state_in_instance else _READ_BY_GETS).format(dict=instance_dict)
+    return _INLINE_READ_STATE.format(read=read, self=self_name)
 
 
 def _make_compress_hook(idx, original, telemetry, meta):

@@ -217,3 +217,48 @@ def test_guard_is_per_thread(observe_engine, metric_points):
     calls = {dict(k)["hook"]: v for k, v in metric_points(HOOK_CALLS).items()}
     assert calls == {"compress": 1, "should_compress": 2, "get_status": 1}
     assert engine.calls["should_compress"] == 3
+
+
+def _state_row(store_path):
+    import sqlite3
+
+    with sqlite3.connect(store_path) as db:
+        return db.execute("select prompt_tokens, threshold_tokens, window_tokens from events "
+                          "where hook='update_from_response' order by id desc limit 1").fetchone()
+
+
+def test_state_read_falls_back_when_the_instance_stops_holding_a_number(observe_engine, store_path):
+    import observed_engine
+
+    class Later(ShapesEngine):
+        name = "later"
+        threshold_tokens = 55           # class default under the instance's value
+
+    engine = observe_engine(Later())    # holds all three now: the one-call read is generated
+    engine.update_from_response({"prompt_tokens": 1})
+    assert observed_engine.flush(10)
+    assert _state_row(store_path) == (1, 100, 1000)
+    del engine.threshold_tokens         # now only the class has it
+    engine.update_from_response({"prompt_tokens": 2})
+    assert observed_engine.flush(10)
+    assert _state_row(store_path) == (2, 55, 1000)
+
+
+def test_state_read_runs_no_engine_code(observe_engine, store_path):
+    """An engine overriding __getattribute__ sees exactly the lookups the bare engine sees."""
+    import observed_engine
+
+    class Watching(ShapesEngine):
+        name = "watching"
+
+        def __getattribute__(self, attr):
+            if attr == "__dict__":
+                object.__getattribute__(self, "seen").append(("__dict__ read",))
+            return object.__getattribute__(self, attr)
+
+    bare, observed = Watching(), observe_engine(Watching())
+    for engine in (bare, observed):
+        engine.update_from_response({"prompt_tokens": 3})
+    assert observed.seen == bare.seen
+    assert observed_engine.flush(10)
+    assert _state_row(store_path) == (3, 100, 1000)
