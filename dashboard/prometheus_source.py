@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import time
 import urllib.error
 import urllib.parse
@@ -33,7 +32,7 @@ from dashboard.sources import (
 )
 
 from observed_engine.catalogue import BY_KEY
-from observed_engine.promql import agg, gauge, increase_sum, over, quantile, rate_sum
+from observed_engine.promql import agg, eq, gauge, increase_sum, one_of, over, quantile, rate_sum
 
 
 def _metric(key: str) -> str:
@@ -139,10 +138,11 @@ class PrometheusSource(Source):
 
     @staticmethod
     def _sel(f: Optional[Filters], **extra: str) -> str:
-        """Label matchers (no braces) for the engine filter and ``extra``."""
-        parts = [f'{k}="{v}"' for k, v in extra.items()]
+        """Label matchers (no braces) for the engine filter and ``extra``; values are taken literally
+        (engine names are arbitrary strings: ``observed_engine.promql`` escapes them for PromQL)."""
+        parts = [eq(k, v) for k, v in extra.items()]
         if f is not None and f.engines:
-            parts.append('engine=~"' + "|".join(re.escape(e) for e in f.engines) + '"')
+            parts.append(one_of("engine", f.engines))
         return ", ".join(parts)
 
     @staticmethod

@@ -10,13 +10,66 @@ gauges per engine); the shapes are written once here. Every function returns a P
 * ``sel``: the label matchers without braces, e.g. ``'engine=~"$engine"'`` ('' for none);
 * ``window``: a range, e.g. ``"5m"`` or ``"$__rate_interval"``.
 
+Label matchers with values from the outside (engine names are arbitrary strings) are built by
+``eq`` / ``one_of``: a matcher's value is a Go-style double-quoted string (``string``), and for
+``=~`` its content is an RE2 regex (``regex_escape``), so a value is escaped twice.
+
 Standard library only and no imports from the package, so the board generator (which runs
 without the project installed) can load this file by path.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Iterable, Sequence
+
+# What Go's regexp.QuoteMeta escapes: RE2's metacharacters, nothing else (RE2 rejects a backslash
+# before a letter or digit that is no escape it knows; Python's re.escape suits Python's re only).
+_RE2_META = frozenset("\\.+*?()|[]{}^$")
+
+# Escapes of a PromQL double-quoted string (Go syntax). A raw newline ends the string with an
+# error; the other control characters are written as escapes so the query stays one readable line.
+_STRING_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t", "\a": "\\a", "\b": "\\b",
+                   "\f": "\\f", "\v": "\\v"}
+
+
+def string(text: str) -> str:
+    """``text`` as a PromQL double-quoted string literal, quotes included.
+
+    Backslashes and double quotes are escaped, control characters written as Go escapes
+    (``\\n``, ``\\x1f``); everything else (unicode included) stays as it is.
+    """
+    out = []
+    for c in text:
+        esc = _STRING_ESCAPES.get(c)
+        if esc is None and (c < " " or c == "\x7f"):
+            esc = f"\\x{ord(c):02x}"
+        out.append(c if esc is None else esc)
+    return '"' + "".join(out) + '"'
+
+
+def regex_escape(text: str) -> str:
+    """An RE2 regex matching exactly ``text`` (Go's ``regexp.QuoteMeta``): a backslash before
+    each of ``\\.+*?()|[]{}^$``. Not yet a string literal: pass the result through ``string``."""
+    return "".join("\\" + c if c in _RE2_META else c for c in text)
+
+
+def eq(label: str, value: str) -> str:
+    """The matcher ``label="value"`` (``value`` taken literally)."""
+    return f"{label}={string(value)}"
+
+
+def one_of(label: str, values: Iterable[str]) -> str:
+    """A matcher for ``label`` equal to one of ``values`` (taken literally, duplicates dropped).
+
+    One value: ``label="v"``; several: ``label=~"v1|v2"``, each value regex-escaped, the whole
+    regex then escaped as a string (Prometheus anchors it: ``^(?:v1|v2)$``).
+    """
+    vals = list(dict.fromkeys(values))
+    if not vals:
+        raise ValueError(f"one_of({label!r}): no values (a matcher for nothing)")
+    if len(vals) == 1:
+        return eq(label, vals[0])
+    return f"{label}=~{string('|'.join(regex_escape(v) for v in vals))}"
 
 
 def series(metric: str, sel: str = "", suffix: str = "") -> str:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from observed_engine import promql
 from observed_engine.catalogue import BY_KEY, prometheus_series_names
 
@@ -52,3 +54,45 @@ def test_dashboard_and_grafana_write_no_query_shapes_of_their_own():
                 continue
             for shape in ("histogram_quantile(", "(rate(", "(increase(", *names):
                 assert shape not in node.value, (path.name, node.value)
+
+
+def test_string_literal_escapes_backslash_quote_and_control_characters():
+    assert promql.string("topic-router") == '"topic-router"'
+    assert promql.string("") == '""'
+    assert promql.string('say "hi"') == r'"say \"hi\""'
+    assert promql.string("back\\slash") == r'"back\\slash"'
+    assert promql.string("trailing\\") == r'"trailing\\"'
+    assert promql.string("new\nline\ttab\rcr") == r'"new\nline\ttab\rcr"'
+    assert promql.string("\a\b\f\v\x00\x1f\x7f") == r'"\a\b\f\v\x00\x1f\x7f"'
+    assert promql.string("it's ünïcødé-引擎 🙂") == "\"it's ünïcødé-引擎 🙂\""   # no escapes needed
+
+
+def test_regex_escape_is_go_quotemeta():
+    """A backslash before RE2's metacharacters only: never before '-', ' ', '"', letters or digits."""
+    assert promql.regex_escape("topic-router") == "topic-router"
+    assert promql.regex_escape("b.c") == r"b\.c"
+    assert promql.regex_escape("a|b") == r"a\|b"
+    assert promql.regex_escape("x.*") == r"x\.\*"
+    assert promql.regex_escape(r"\d") == r"\\d"
+    assert promql.regex_escape("(p)[q]{2}^$+?") == r"\(p\)\[q\]\{2\}\^\$\+\?"
+    assert promql.regex_escape('say "hi" #1 ~&,-/:') == 'say "hi" #1 ~&,-/:'
+    assert promql.regex_escape("ünïcødé-引擎") == "ünïcødé-引擎"
+
+
+def test_matchers_for_one_and_several_values():
+    assert promql.eq("engine", "topic-router") == 'engine="topic-router"'
+    assert promql.eq("engine", 'a"b\\c') == r'engine="a\"b\\c"'
+    # one value: an exact matcher, string escaping only
+    assert promql.one_of("engine", ["b.c"]) == 'engine="b.c"'
+    assert promql.one_of("engine", [r"\d"]) == r'engine="\\d"'
+    assert promql.one_of("engine", ["x", "x"]) == 'engine="x"'
+    # several: regex-escaped, joined, then string-escaped (a regex backslash is doubled)
+    assert promql.one_of("engine", ["b.c", "a|b"]) == r'engine=~"b\\.c|a\\|b"'
+    assert promql.one_of("engine", ["topic-router", "x.*"]) == r'engine=~"topic-router|x\\.\\*"'
+    assert promql.one_of("engine", [r"\d", 'say "hi"']) == r'engine=~"\\\\d|say \"hi\""'
+    assert promql.one_of("engine", ["trailing\\", "new\nline"]) == r'engine=~"trailing\\\\|new\nline"'
+    with pytest.raises(ValueError):
+        promql.one_of("engine", [])
+    # the shapes take the matcher as it is
+    assert promql.gauge("max", "m", ["engine"], promql.one_of("engine", ["b.c", "a|b"])) == \
+        r'max by (engine) (m{engine=~"b\\.c|a\\|b"})'
