@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import itertools
+import linecache
 import logging
 import operator
 import threading
@@ -355,15 +357,15 @@ def {name}({params}):
     _oe_t0 = _oe_clock()
     try:
         _oe_result = _oe_original({call})
-    except BaseException as _oe_exc:
+    except _oe_any_exception as _oe_exc:
         _oe_t1 = _oe_clock()
-        if len(_oe_queue) < _oe_cap:
+        if _oe_len(_oe_queue) < _oe_cap:
             _oe_append(({idx}, {self}, _oe_t0, _oe_t1, _oe_exc, {positional}, {keywords}, None, _oe_ctx, None))
         else:
             _oe_dropped()
         raise
     _oe_t1 = _oe_clock()
-    if len(_oe_queue) < _oe_cap:{read_state}
+    if _oe_len(_oe_queue) < _oe_cap:{read_state}
         _oe_append(({idx}, {self}, _oe_t0, _oe_t1, None, {positional}, {keywords}, _oe_result, _oe_ctx, {state}))
     else:
         _oe_dropped()
@@ -378,7 +380,7 @@ def {name}({params}):
 _INLINE_READ_STATE = """
         try:
             _oe_state = {read}
-        except Exception:
+        except _oe_exception:
             _oe_state = _oe_read_state({self})"""
 _READ_BY_ITEMGETTER = "_oe_get_state({dict})"
 _READ_BY_GETS = ('(_oe_d := {dict}).get("last_prompt_tokens", _oe_missing), '
@@ -434,6 +436,8 @@ def _make_exact_leaf_hook(spec, idx, original, telemetry, cls, state_in_instance
         _oe_dropped=recorder.note_dropped, _oe_get_context=_get_current_context, _oe_no_keywords=_NO_KEYWORDS,
         _oe_dict_of=object.__getattribute__, _oe_missing=engine_state.MISSING,
         _oe_read_state=engine_state.read_raw, _oe_get_state=operator.itemgetter(*engine_state.STATE_FIELDS),
+        # builtins under reserved names: a parameter may be called `len` or `Exception`
+        _oe_len=len, _oe_any_exception=BaseException, _oe_exception=Exception,
     )
     source = _EXACT_LEAF_SOURCE.format(
         name=spec.name, params=", ".join(rendered), self=self_name, call=", ".join(call), idx=idx,
@@ -443,12 +447,18 @@ def _make_exact_leaf_hook(spec, idx, original, telemetry, cls, state_in_instance
         read_state=_inline_read_state(cls, self_name, state_in_instance) if _reads_state(spec) else "",
         state="_oe_state" if _reads_state(spec) else "None",
     )
+    filename = f"<observed-engine {cls.__qualname__}.{spec.name} #{next(_generated_count)}>"
     try:
-        code = compile(source, f"<observed-engine {spec.name}>", "exec")
+        code = compile(source, filename, "exec")
         exec(code, namespace)
     except SyntaxError:
         return None
+    # so tracebacks through the hook show its lines (linecache keeps entries without an mtime)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     return namespace[spec.name]
+
+
+_generated_count = itertools.count(1)
 
 
 def _inline_read_state(cls, self_name, state_in_instance) -> str:

@@ -24,7 +24,8 @@ SENTINEL = object()
 
 
 def is_exact(engine, hook):
-    return getattr(type(engine), hook).__code__.co_filename == f"<observed-engine {hook}>"
+    filename = getattr(type(engine), hook).__code__.co_filename
+    return filename.startswith("<observed-engine ") and f".{hook} #" in filename
 
 
 class ShapesEngine(ContextEngine):
@@ -57,6 +58,13 @@ class ShapesEngine(ContextEngine):
     def has_content_to_compress(self, messages, _oe_clash=None):   # a name the generator reserves
         self.seen.append(("has_content", len(messages), _oe_clash))
         return bool(messages)
+
+    def should_compress_preflight(self, len=None, *, Exception=None, BaseException=None):  # noqa: A002
+        """Parameters named like the builtins the generated code uses."""
+        self.seen.append(("preflight", len, Exception, BaseException))
+        if len == "raise":
+            raise ValueError("preflight")
+        return len
 
     @staticmethod
     def is_available():                              # not a plain function on the class
@@ -101,6 +109,8 @@ CALLS = [
     ("get_status", (1, 2), {"k": 3}),
     ("has_content_to_compress", ([1],), {"_oe_clash": "c"}),
     ("is_available", (), {}),
+    ("should_compress_preflight", ([1, 2],), {"Exception": 1, "BaseException": 2}),
+    ("should_compress_preflight", (), {}),
 ]
 
 
@@ -126,6 +136,7 @@ def test_which_form_each_leaf_hook_takes(observe_engine):
     assert is_exact(engine, "update_from_response")
     assert is_exact(engine, "should_compress")
     assert is_exact(engine, "should_defer_preflight_to_real_usage")
+    assert is_exact(engine, "should_compress_preflight")      # parameters named like builtins
     assert not is_exact(engine, "get_status")                 # *args, **kwargs
     assert not is_exact(engine, "has_content_to_compress")    # reserved name
     assert not is_exact(engine, "is_available")               # staticmethod
@@ -262,3 +273,14 @@ def test_state_read_runs_no_engine_code(observe_engine, store_path):
     assert observed.seen == bare.seen
     assert observed_engine.flush(10)
     assert _state_row(store_path) == (3, 100, 1000)
+
+
+def test_an_exception_passes_through_the_exact_form_with_a_readable_traceback(observe_engine):
+    import traceback
+
+    engine = observe_engine(ShapesEngine())
+    with pytest.raises(ValueError) as info:
+        engine.should_compress_preflight("raise")
+    text = "".join(traceback.format_exception(info.value))
+    assert "_oe_result = _oe_original(" in text          # the hook's own line, from linecache
+    assert 'raise ValueError("preflight")' in text       # and the engine's
