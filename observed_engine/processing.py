@@ -33,6 +33,10 @@ _QUIET_COMPONENTS = ("tracing", "metrics", "gauge")
 _REDACTED = "[redacted: observed.capture_content is off]"
 
 
+_PACE_AFTER_S = 0.001     # the worker holds the GIL at most this long in one go ...
+_PACE_SLEEP_S = 0.00005   # ... then sleeps this long (about 5 % of its throughput under a backlog)
+
+
 class EngineState:
     """What the worker remembers about one engine instance."""
 
@@ -121,7 +125,16 @@ class EventProcessor:
         if time.monotonic() - self._offset_at > 60:
             self.offset_ns = time.time_ns() - time.perf_counter_ns()
             self._offset_at = time.monotonic()
+        clock, sleep = time.perf_counter, time.sleep
+        held_since = clock()
         for event in batch:
+            # Pacing: the worker shares the GIL with the host. Left alone, a thread that wants it
+            # back waits for Python's switch interval (5 ms) while a backlog is processed; a short
+            # sleep after each millisecond of work lets it in at once (measured: the slowest host
+            # call during a 20,000-event backlog went from 6-25 ms to 1.4-3.5 ms).
+            if clock() - held_since > _PACE_AFTER_S:
+                sleep(_PACE_SLEEP_S)
+                held_since = clock()
             try:
                 if type(event[0]) is int:
                     self._hook_event(event)
