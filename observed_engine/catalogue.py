@@ -94,6 +94,15 @@ METRICS: Tuple[MetricSpec, ...] = (
         label_values={"outcome": ("compressed", "noop", "error", "timeout")},
     ),
     MetricSpec(
+        "summary_failures", "hermes.context.compression.summary_failures",
+        "hermes_context_compression_summary_failures_total", COUNTER, "{call}",
+        ("engine", "kind", "cause"),
+        "compress() calls that returned normally although the summary model failed, as the engine "
+        "reports it (the built-in compressor does): a fallback summary was inserted (messages dropped "
+        "without a real summary) or the compression was aborted (messages kept, context still full).",
+        label_values={"kind": ("fallback_summary", "aborted"), "cause": ("auth", "network", "other")},
+    ),
+    MetricSpec(
         "compression_duration", "hermes.context.compression.duration",
         "hermes_context_compression_duration_seconds", HISTOGRAM, "s",
         ("engine",), "compress() latency.", buckets=COMPRESSION_LATENCY_BUCKETS,

@@ -62,3 +62,38 @@ def _static_class_value(cls, name):
         if value is not MISSING:
             return value
     return MISSING
+
+
+# What an engine reports about its last compress() call's summary, read the same way
+# (instance dict only, no engine code). These are the fields the built-in compressor
+# resets at the start of each compress() and that its host callers inspect afterwards:
+# ``_last_summary_fallback_used``/``_last_compress_aborted`` per call, and the sticky
+# ``_last_summary_auth_failure``/``_last_summary_network_failure`` for the cause.
+SUMMARY_FIELDS: Tuple[str, str, str, str] = (
+    "_last_summary_fallback_used", "_last_compress_aborted",
+    "_last_summary_auth_failure", "_last_summary_network_failure",
+)
+
+
+def read_summary_raw(engine: Any) -> Optional[tuple]:
+    """Hook path, right after compress() returned: the four fields, or None without a __dict__."""
+    try:
+        state = _instance_attribute(engine, "__dict__")
+        return tuple(state.get(name) for name in SUMMARY_FIELDS)
+    except Exception:
+        return None
+
+
+def summary_failure(raw: Optional[tuple]) -> Optional[Tuple[str, str]]:
+    """Worker: (kind, cause) when the engine reports a failed summary for this call, else None."""
+    if not raw:
+        return None
+    fallback, aborted, auth, network = raw
+    if aborted is True:
+        kind = "aborted"
+    elif fallback is True:
+        kind = "fallback_summary"
+    else:
+        return None
+    cause = "auth" if auth is True else "network" if network is True else "other"
+    return kind, cause

@@ -369,7 +369,7 @@ class EventProcessor:
         ))
 
     def compress(self, st, label, args, kwargs, result, exc, extra, row, attrs):
-        before, after, late, state = extra
+        before, after, late, state, summary = extra
         tokens = self.tokens_for(st)
         row["tokenizer"] = tokens.method
         attrs["hermes.context.tokenizer"] = tokens.method
@@ -408,6 +408,21 @@ class EventProcessor:
             outcome = "compressed"
         row["outcome"] = outcome
         attrs["hermes.context.compress.outcome"] = outcome
+        failed_summary = engine_state.summary_failure(summary) if exc is None else None
+        if failed_summary is not None:
+            kind, cause = failed_summary
+            attrs["hermes.context.compress.summary_failure"] = kind
+            attrs["hermes.context.compress.summary_failure_cause"] = cause
+            self._count("summary_failures", engine=label, kind=kind, cause=cause)
+            self._log_once(("summary_failure", st.name, kind, cause),
+                           "observed-engine: compress() of engine %r returned after its summary model failed "
+                           "(%s, cause: %s); counted in hermes_context_compression_summary_failures_total, "
+                           "later ones are not logged", st.name, kind, cause)
+            self._rows.append(make_row(
+                ts=row["ts"], host=self.host, pid=self.pid, session=st.session_id, engine=st.name,
+                hook="compress", event="summary_failure", outcome=kind, reason=cause,
+                duration_s=row["duration_s"],
+            ))
         self._state_columns(st, state, row)
         self._record(self.instruments.compression_duration, row["duration_s"], {"engine": label})
         if late:

@@ -15,10 +15,13 @@ Schema (documented in docs/store-schema.md, version in ``meta``):
   engine          TEXT     the inner engine's name
   hook            TEXT     hook name (compress, should_compress, select_context, ...)
   event           TEXT     'call' for a hook call; 'deadline_exceeded', 'late_completion',
-                           'host_reported' (timeouts); 'fail_open'; 'bad_input'
+                           'host_reported' (timeouts); 'fail_open'; 'bad_input';
+                           'summary_failure' (compress returned after its summary model failed)
   outcome         TEXT     'ok' / 'error' for calls; compress: 'compressed' / 'noop' / 'error';
-                           select_context: 'unchanged' / 'same_selection' / 'changed_selection' / 'fail_open'
-  reason          TEXT     fail-open reason, timeout failure kind, exception type, bad-input kind
+                           select_context: 'unchanged' / 'same_selection' / 'changed_selection' / 'fail_open';
+                           summary_failure: 'fallback_summary' / 'aborted'
+  reason          TEXT     fail-open reason, timeout failure kind, exception type, bad-input kind,
+                           summary failure cause ('auth' / 'network' / 'other')
   duration_s      REAL     call duration (late_completion: the whole call)
   prompt_tokens   INTEGER  engine.last_prompt_tokens after the call (-1 sentinel stored as 0)
   threshold_tokens INTEGER engine.threshold_tokens after the call

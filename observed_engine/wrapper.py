@@ -483,8 +483,9 @@ def _make_compress_hook(idx, original, telemetry, meta):
         before, watch = started
         late = watchdog.finish(watch)
         if exc is not None:
-            return before, None, late, None
-        return before, _snapshot_messages(result), late, engine_state.read_raw(self)
+            return before, None, late, None, None
+        return (before, _snapshot_messages(result), late, engine_state.read_raw(self),
+                engine_state.read_summary_raw(self))
 
     return _make_live_span_hook(idx, original, telemetry, start, finish)
 
