@@ -10,8 +10,11 @@ observed engines:
 * ``topic-router`` -- a small demo engine with ``select_context`` (per-request
   retrieval by topic) and its own trimming ``compress``.
 
-Now and then a summary is slow enough to pass the compression deadline, and the
-router returns garbage from ``select_context`` (the host falls open). All of it
+Now and then a summary is slow enough to pass the compression deadline, or the
+summary model fails (a 503 makes the compressor insert its fallback summary, a
+dropped connection makes it abort; either way its cooldown keeps that session
+without real summaries for a while, as in production), and the router returns
+garbage from ``select_context`` (the host falls open). All of it
 lands in the embedded SQLite store that the dashboard reads; the dashboard is
 served on 127.0.0.1 while the traffic runs.
 """
@@ -104,18 +107,29 @@ def make_topic_router(context_length: int = 128_000):
 # -- the offline summariser ---------------------------------------------------------------
 
 class OfflineSummariser:
-    """Stands in for the LLM behind ``call_llm(task="compression")``; sometimes slow."""
+    """Stands in for the LLM behind ``call_llm(task="compression")``; sometimes slow, sometimes failing."""
 
-    def __init__(self, slow_every: int, slow_seconds: float) -> None:
+    def __init__(self, slow_every: int, slow_seconds: float, fail_every: int = 0) -> None:
         self.calls = 0
+        self.failures = 0
         self.slow_every = slow_every
         self.slow_seconds = slow_seconds
+        self.fail_every = fail_every
         self._lock = threading.Lock()
 
     def __call__(self, *args, **kwargs):
         with self._lock:
             self.calls += 1
             n = self.calls
+            failing = bool(self.fail_every) and n % self.fail_every == 0
+            if failing:
+                self.failures += 1
+                nth_failure = self.failures
+        if failing:
+            time.sleep(0.05)
+            if nth_failure % 2:
+                raise RuntimeError("offline summariser: simulated 503 Service Unavailable")
+            raise ConnectionError("offline summariser: simulated connection reset")
         if self.slow_every and n % self.slow_every == 0:
             time.sleep(self.slow_seconds)
         else:
@@ -228,6 +242,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--turn-delay", type=float, default=0.25, help="mean pause between turns, seconds")
     parser.add_argument("--deadline", type=float, default=3.0, help="compress deadline for the demo, seconds")
     parser.add_argument("--slow-every", type=int, default=7, help="every Nth summary is slow (0: never)")
+    parser.add_argument("--fail-every", type=int, default=13,
+                        help="every Nth summary call fails, 503 and connection reset in turn (0: never)")
     parser.add_argument("--context-length", type=int, default=64_000)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8501, help="dashboard port")
@@ -248,7 +264,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         "compress_timeout_seconds": args.deadline,
         "prometheus": {"enabled": bool(args.prometheus_port), "port": args.prometheus_port or 9464},
     }
-    summariser = OfflineSummariser(args.slow_every, args.deadline * 1.5)
+    summariser = OfflineSummariser(args.slow_every, args.deadline * 1.5, args.fail_every)
     engines = build_engines(settings, summariser, args.context_length)
     traffic = Traffic(engines, args.sessions, args.turn_delay)
 
@@ -272,7 +288,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 break
             sys.stdout.write(
                 f"\rdemo: {elapsed:6.0f}s  turns {traffic.turns:6d}  compressions {traffic.compressions:4d}  "
-                f"summaries {summariser.calls:4d}  engine errors {traffic.errors:3d}")
+                f"summaries {summariser.calls:4d} ({summariser.failures} failed)  engine errors {traffic.errors:3d}")
             sys.stdout.flush()
             stop_requested.wait(1.0)
     except KeyboardInterrupt:

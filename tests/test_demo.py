@@ -36,7 +36,7 @@ def demo_env(tmp_path: Path) -> dict:
     return env
 
 
-TRAFFIC = ["--sessions", "2", "--turn-delay", "0.02", "--deadline", "0.5", "--slow-every", "3"]
+TRAFFIC = ["--sessions", "2", "--turn-delay", "0.02", "--deadline", "0.5", "--slow-every", "3", "--fail-every", "4"]
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +76,16 @@ def test_demo_fills_the_store(demo_run):
         ("topic-router", "select_context", "invalid_return")}
     router = facts.selections["topic-router"]
     assert router["fail_open"] >= 1 and router["changed_selection"] >= 1 and router["same_selection"] >= 1
+    # the summary model failed now and then: the built-in went on without a real summary, counted
+    import sqlite3
+
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
+        failures = db.execute("select engine, hook, outcome, reason from events where event='summary_failure'").fetchall()
+    assert failures, "no summary_failure rows"
+    assert {(e, h) for e, h, _, _ in failures} == {("compressor", "compress")}
+    assert {o for _, _, o, _ in failures} <= {"fallback_summary", "aborted"}
+    assert {r for _, _, _, r in failures} <= {"other", "network"}
+    assert re.search(r"summaries +\d+ \(\d+ failed\)", out), out[-500:]
     # no message text without capture_content, and nothing written into the Hermes home
     assert all(r["content"] is None for r in facts.incidents)
     assert not (tmp_path / "home" / "observed" / "telemetry.sqlite").exists()
