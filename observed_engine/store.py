@@ -138,7 +138,7 @@ def _storable(row: tuple) -> tuple:
 
 def make_row(**fields) -> tuple:
     """A row tuple in COLUMNS order; missing fields are NULL."""
-    return tuple(fields.get(c) for c in COLUMNS)
+    return tuple(map(fields.get, COLUMNS))
 
 
 class StoreWriter:
