@@ -1,14 +1,15 @@
 """End to end for the alerts test_alerting_e2e.py does not drive: HermesContextNearWindow,
-HermesContextCompressionErrors and HermesObservedTelemetryErrors.
+HermesContextCompressionErrors, HermesContextSummaryFailing and HermesObservedTelemetryErrors.
 
 Real engines wrapped by ``observe()`` export on their own /metrics (127.0.0.1) -> a real Prometheus
 evaluates the SHIPPED rules -> a real Alertmanager (shipped routing, timings shortened) -> a webhook
 on 127.0.0.1. The only change to alerts.yml is the ``for:`` of the two ``for: 5m`` rules (3 s here);
 the test asserts the copy differs from the shipped file in those two lines only, so the expressions
-under test are exactly the shipped ones.
+under test are exactly the shipped ones (HermesContextSummaryFailing has ``for: 0m``: nothing to
+shorten, and the test checks it stays so).
 
-Three pipelines in this process, each with its own /metrics port (three scrape targets, i.e.
-three ``instance`` values, in one Prometheus), driven at the same time:
+Five pipelines in this process, each with its own /metrics port (five scrape targets, i.e.
+five ``instance`` values, in one Prometheus), driven at the same time:
 
 * ``window``: two built-in ContextCompressors (same engine label ``compressor``: the gauge is the
   instance closest to its window), one fed a prompt of 190,000 of its 200,000 tokens the way the
@@ -23,6 +24,14 @@ three ``instance`` values, in one Prometheus), driven at the same time:
   hermes_context_engine_telemetry_errors_total{component="store"}) and, with a 20-row bound, rows
   are dropped (hermes_context_engine_telemetry_dropped_total{signal="store_row"}): both branches
   of HermesObservedTelemetryErrors fire, for that instance only.
+* ``summary``: three real built-in ContextCompressors, each compacted by the host's own
+  ``compress_context`` (0.19.0) while ``agent.context_compressor.call_llm`` (the only fake) raises:
+  a 401 -> the compressor aborts (kind=aborted, cause=auth, severity critical); a ConnectionError
+  -> aborted/network (warning); a RuntimeError -> it drops the middle turns behind a fallback
+  summary (fallback_summary/other, warning). compress() returns normally in all three, so
+  HermesContextSummaryFailing fires three times and HermesContextCompressionErrors never.
+  Must not fire: ``summary_ok``, the same compaction with a working summariser (its own
+  instance, since every built-in is labelled ``compressor``), nor the window pipeline's compression.
 
 Must-not-fire cases are checked against Prometheus's ALERTS history (not even pending, ever),
 after their series were visible for longer than ``for:`` plus a few evaluations, with every rule
@@ -43,8 +52,11 @@ import observed_engine
 from observed_engine import observe
 from observed_engine.wrapper import observed_meta
 
-from engines import EngineError, RaisingEngine
-from support.engines import ScriptedEngine, real_compressor, transcript
+from agent import context_compressor as cc_module
+from agent.conversation_compression import compress_context
+
+from engines import EngineError, RaisingEngine, StandInAgent, transcript as agent_transcript
+from support.engines import ScriptedEngine, fake_summariser, real_compressor, transcript
 from support.servers import (AlertmanagerServer, PrometheusServer, free_port, http_get, require_binary,
                              wait_until, ALERTMANAGER_BIN, PROMETHEUS_BIN)
 from test_alerting_e2e import RULES, alertmanager_config, webhook  # noqa: F401  (webhook: a fixture)
@@ -55,6 +67,7 @@ FOR_SECONDS = 3
 SHORTENED = ("HermesContextNearWindow", "HermesContextCompressionErrors")
 NEAR, ERRORS, TELEMETRY = ("HermesContextNearWindow", "HermesContextCompressionErrors",
                            "HermesObservedTelemetryErrors")
+SUMMARY = "HermesContextSummaryFailing"
 WAIT_S = 60.0
 
 
@@ -122,10 +135,44 @@ def compress_n(engine, n: int, exc_type=RuntimeError) -> None:
             pass
 
 
+class ProviderError(Exception):
+    """What an OpenAI-style SDK raises for an HTTP error: the status code on the exception."""
+
+    def __init__(self, message, status_code=None):
+        super().__init__(message)
+        self.status_code = status_code
+
+
+def summariser(error=None):
+    """A stand-in for ``agent.context_compressor.call_llm``: raises ``error``, or works."""
+    calls = []
+
+    def call_llm(*args, **kwargs):
+        calls.append(kwargs.get("task"))
+        if error is not None:
+            raise error
+        return fake_summariser(*args, **kwargs)
+    call_llm.calls = calls
+    return call_llm
+
+
+def host_compaction(engine, name: str):
+    """What the host does at 85 % of a 100k window: the 0.19.0 compress_context() on 81 messages.
+    85 % is past the compressor's threshold (75 %) and below NearWindow's 90 %."""
+    agent = StandInAgent(engine, session_id=f"sess-{name}")
+    engine.update_model(model="gpt-4o", context_length=100_000)
+    engine.on_session_start(f"sess-{name}", model="gpt-4o")
+    engine.update_from_response(usage(85_000))
+    assert engine.should_compress(85_000)
+    messages = agent_transcript(80, 1500, seed=name)
+    out, _ = compress_context(agent, messages, "system message", approx_tokens=85_000)
+    return messages, out
+
+
 # --------------------------------------------------------------------------- the test
 
-def test_near_window_compression_errors_and_telemetry_errors_reach_the_webhook(tmp_path, webhook, request,
-                                                                               monkeypatch, capsys):
+def test_near_window_compression_errors_summary_and_telemetry_errors_reach_the_webhook(tmp_path, webhook, request,
+                                                                                       monkeypatch, capsys):
     t_start = time.monotonic()
     require_binary(PROMETHEUS_BIN)
     require_binary(ALERTMANAGER_BIN)
@@ -139,8 +186,8 @@ def test_near_window_compression_errors_and_telemetry_errors_reach_the_webhook(t
     request.addfinalizer(am.stop)
     am.start()
 
-    # -- three pipelines, three /metrics endpoints
-    ports = {"window": free_port(), "errors": free_port(), "telemetry": free_port()}
+    # -- five pipelines, five /metrics endpoints
+    ports = {k: free_port() for k in ("window", "errors", "telemetry", "summary", "summary_ok")}
     instance = {k: f"127.0.0.1:{p}" for k, p in ports.items()}
     blocker = tmp_path / "not-a-directory"
     blocker.write_text("a regular file where the store's directory should be")
@@ -171,11 +218,23 @@ def test_near_window_compression_errors_and_telemetry_errors_reach_the_webhook(t
     ledger_pipeline = observed_meta(ledger).telemetry
     assert ledger_pipeline.store is not None and ledger_pipeline.settings.queue_size == 20
 
+    def builtin():
+        return cc_module.ContextCompressor("gpt-4o", config_context_length=200_000, quiet_mode=True)
+    # summariser error -> what the built-in does -> the alert's (kind, cause, severity)
+    failing = {
+        "auth": (ProviderError("Error code: 401 - invalid api key", status_code=401),
+                 ("aborted", "auth", "critical")),
+        "network": (ConnectionError("Connection reset by peer"), ("aborted", "network", "warning")),
+        "other": (RuntimeError("upstream exploded (500)"), ("fallback_summary", "other", "warning")),
+    }
+    summary_engines = {name: observe(builtin(), settings=settings("summary")) for name in failing}
+    summary_ok = observe(builtin(), settings=settings("summary_ok"))
+
     prom = PrometheusServer(tmp_path / "prometheus", list(instance.values()), rule_files=[rules],
                             alertmanager=am.address)
     request.addfinalizer(prom.stop)
     prom.start()
-    assert prom.wait_value('count(up{job="hermes"} == 1)', 3, timeout=20) == 3, prom.log_tail()
+    assert prom.wait_value('count(up{job="hermes"} == 1)', 5, timeout=20) == 5, prom.log_tail()
     t_ready = time.monotonic()
 
     def diagnostics():
@@ -190,6 +249,7 @@ def test_near_window_compression_errors_and_telemetry_errors_reach_the_webhook(t
     loaded = rules_api()
     assert set(loaded) == {r["alert"] for g in yaml.safe_load(shipped)["groups"] for r in g["rules"]}
     assert all(loaded[name]["duration"] == FOR_SECONDS for name in SHORTENED), loaded
+    assert loaded[SUMMARY]["duration"] == 0, loaded[SUMMARY]   # shipped as is: a for: would need shortening
 
     def webhook_alert(alertname, status="firing", **labels):
         hits = [a for a in webhook.alerts(alertname, status=status)
@@ -210,6 +270,23 @@ def test_near_window_compression_errors_and_telemetry_errors_reach_the_webhook(t
     assert observed_engine.flush(5)      # rare: its successes reach /metrics before its errors
     compress_n(rare, 2)
     compress_n(single, 1)
+    ok_llm = summariser()
+    monkeypatch.setattr(cc_module, "call_llm", ok_llm)
+    ok_in, ok_out = host_compaction(summary_ok, "ok")
+    assert len(ok_out) < len(ok_in) and ok_llm.calls, "the working summariser must really compress"
+    assert not vars(summary_ok)["_last_summary_fallback_used"] and not vars(summary_ok)["_last_compress_aborted"]
+
+    t_summary = time.monotonic()
+    for name, (error, (kind, _, _)) in failing.items():
+        llm = summariser(error)
+        monkeypatch.setattr(cc_module, "call_llm", llm)
+        messages, out = host_compaction(summary_engines[name], name)
+        assert llm.calls, name                                  # the summariser was really asked
+        if kind == "aborted":                                   # messages kept, session not rotated
+            assert len(out) == len(messages), name
+        else:                                                   # middle turns dropped behind a fallback
+            assert len(out) < len(messages), name
+    monkeypatch.setattr(cc_module, "call_llm", fake_summariser)   # as real_compressor() set it, for `full`
 
     t_near = time.monotonic()
     full.update_from_response(usage(190_000))          # the host, after a response of 190k prompt tokens
@@ -237,7 +314,8 @@ def test_near_window_compression_errors_and_telemetry_errors_reach_the_webhook(t
                 and value(f'hermes_context_compressions_total{{engine="rare",outcome="error"}}') == 2
                 and value(f'hermes_context_compressions_total{{engine="rare",outcome="compressed"}}') == 10
                 and value(f'hermes_context_compressions_total{{engine="single",outcome="error"}}') == 1
-                and value(f'sum(hermes_context_compressions_total{{engine="healthy"}})') == 5)
+                and value(f'sum(hermes_context_compressions_total{{engine="healthy"}})') == 5
+                and value(f'sum(hermes_context_compressions_total{{instance="{instance["summary_ok"]}"}})') == 1)
     assert wait_until(negatives_visible, 30, 0.25), diagnostics()
     t_negatives_visible = time.monotonic()
 
@@ -286,6 +364,33 @@ def test_near_window_compression_errors_and_telemetry_errors_reach_the_webhook(t
     assert value(f'hermes_context_engine_telemetry_errors_total{{component="store"}}') >= 1
     assert value(f'hermes_context_engine_telemetry_dropped_total{{signal="store_row"}}') >= 1
 
+    # -- fire: SummaryFailing, one alert per (kind, cause); compress() itself never raised
+    def summary_alerts():
+        return [webhook_alert(SUMMARY, kind=kind, cause=cause) for _, (kind, cause, _) in failing.values()]
+    assert wait_until(lambda: all(summary_alerts()), WAIT_S, 0.2), diagnostics()
+    summary_after = max(a["_received_at"] for a in summary_alerts()) - t_summary
+    for error, (kind, cause, severity) in failing.values():
+        hit = webhook_alert(SUMMARY, kind=kind, cause=cause)
+        assert hit["labels"] == {"alertname": SUMMARY, "job": "hermes", "instance": instance["summary"],
+                                 "engine": "compressor", "kind": kind, "cause": cause, "severity": severity}, hit
+        ann = hit["annotations"]
+        assert ann["summary"] == (f"Summary model failing for engine compressor on hermes/{instance['summary']} "
+                                  f"({kind}, cause {cause})"), ann
+        text = ann["description"]
+        assert "{{" not in text and " returned 1 time(s) " in text, text
+        assert ("HermesContextNearWindow may follow" in text) == (kind == "aborted"), text
+        assert ("quality loss" in text) == (kind == "fallback_summary"), text
+        assert {"auth": "credentials, quota/billing and model name", "network": "check connectivity",
+                "other": "Failed to generate context summary"}[cause] in text, text
+        assert str(error) not in text                       # the provider's text is not exported
+        assert value(f'hermes_context_compression_summary_failures_total{{instance="{instance["summary"]}",'
+                     f'kind="{kind}",cause="{cause}"}}') == 1
+        firing = prom_alert(SUMMARY, kind=kind, cause=cause)
+        assert firing and firing["state"] == "firing", diagnostics()
+    # the aborted ones read "compressed" (tool results pruned), the fallback one too: no outcome=error
+    assert value(f'sum(hermes_context_compressions_total{{instance="{instance["summary"]}",'
+                 f'outcome="compressed"}})') == 3
+
     # -- NearWindow resolves, in Prometheus and at the webhook
     assert wait_until(lambda: webhook_alert(NEAR, status="resolved", engine="compressor"), WAIT_S, 0.2), \
         diagnostics()
@@ -305,12 +410,19 @@ def test_near_window_compression_errors_and_telemetry_errors_reach_the_webhook(t
     assert ever(f'alertname="{NEAR}",engine=~"roomy|edge"') == [], diagnostics()
     assert ever(f'alertname="{ERRORS}",engine=~"rare|single|healthy|compressor"') == [], diagnostics()
     assert ever(f'alertname="{TELEMETRY}",instance!="{instance["telemetry"]}"') == [], diagnostics()
+    assert ever(f'alertname="{SUMMARY}",instance!="{instance["summary"]}"') == [], diagnostics()
+    assert ever(f'alertname="{ERRORS}",instance="{instance["summary"]}"') == [], diagnostics()
+    assert prom.query(f'hermes_context_compression_summary_failures_total{{instance!="{instance["summary"]}"}}') == []
     assert value(f'sum(hermes_context_compressions_total{{instance="{instance["window"]}",'
                  f'engine="compressor",outcome=~"compressed|noop"}})') == 1
     expected = {(NEAR, "compressor"), (ERRORS, "raising"), (ERRORS, "flaky"), (TELEMETRY, None)}
     delivered = {(a["labels"]["alertname"], a["labels"].get("engine"))
                  for a in webhook.alerts(status=None) if a["labels"]["alertname"] in (NEAR, ERRORS, TELEMETRY)}
     assert delivered == expected, diagnostics()
+    summaries = {(a["labels"]["instance"], a["labels"]["kind"], a["labels"]["cause"], a["labels"]["severity"])
+                 for a in webhook.alerts(SUMMARY, status=None)}
+    assert summaries == {(instance["summary"], kind, cause, severity)
+                         for _, (kind, cause, severity) in failing.values()}, diagnostics()
     health = {name: (r["health"], r.get("lastError", "")) for name, r in rules_api().items()}
     assert all(h == ("ok", "") for h in health.values()), health
 
@@ -320,4 +432,5 @@ def test_near_window_compression_errors_and_telemetry_errors_reach_the_webhook(t
               f"(for: {FOR_SECONDS}s), resolved {resolved_after:.1f}s after usage fell to 15%; "
               f"CompressionErrors {errors_after:.1f}s after the failing calls; TelemetryErrors "
               f"{telemetry_after:.1f}s (store errors) / {drops_after:.1f}s (store_row drops) after the first "
-              f"failing write; stack up in {t_ready - t_start:.1f}s, whole test {total:.1f}s")
+              f"failing write; SummaryFailing (3 alerts) {summary_after:.1f}s after the failing summaries; "
+              f"stack up in {t_ready - t_start:.1f}s, whole test {total:.1f}s")
