@@ -17,11 +17,12 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from dashboard.sources import COMPRESS_OUTCOMES
+from dashboard.sources import COMPRESS_OUTCOMES, SUMMARY_FAILURE_EVENTS
 
 OUTCOME_COLORS = {"compressed": "#2e9d5b", "noop": "#9aa5b1", "error": "#d64545", "timeout": "#f0a030"}
 RESULT_COLORS = {"unchanged": "#9aa5b1", "same_selection": "#5b8def", "changed_selection": "#f0a030",
                  "fail_open": "#d64545"}
+SUMMARY_FAILURE_COLOR = "#8e44ad"     # a compress() call whose summary model failed (ring around its mark)
 MEASURE_COLORS = {"prompt tokens": "#3566c8", "threshold": "#e8833a", "window": "#6b7280"}
 QUANTILE_COLORS = {"p50": "#8fb8f5", "p95": "#3566c8", "p99": "#0a2d6e"}
 PAIR_COLORS = ["#3566c8", "#e8833a"]
@@ -29,7 +30,8 @@ HEIGHT = 240
 
 SAWTOOTH_LEGEND = (
     ":blue[**━** prompt tokens]  :orange[**╍** compression threshold]  :gray[**┈** context window]  "
-    "▼ compress(): :green[compressed] · :gray[noop] · :red[error] · :orange[timeout]"
+    "▼ compress(): :green[compressed] · :gray[noop] · :red[error] · :orange[timeout] · "
+    ":violet[◯ summary model failed (fallback / aborted)]"
 )
 
 _SCHEMA = "https://vega.github.io/schema/vega-lite/v6.json"
@@ -96,6 +98,11 @@ def sawtooth(lines: pd.DataFrame, marks: pd.DataFrame, title: str = "", height: 
     tok = np.concatenate(vals)
     keep = ~np.isnan(tok)
     long = pd.DataFrame({"t": t_long[keep], "measure": np.repeat(names, len(ts))[keep], "tokens": tok[keep]})
+    failed = None
+    if marks is not None and not marks.empty:
+        # a summary failure is a row of its own next to the compress() call: a ring around that mark
+        is_failed = marks["outcome"].isin(SUMMARY_FAILURE_EVENTS)
+        failed, marks = marks[is_failed], marks[~is_failed]
     m_ts = pd.to_numeric(marks["ts"], errors="coerce").to_numpy(dtype=float) if marks is not None and \
         not marks.empty else np.array([])
     t_all = np.concatenate([ts, m_ts])
@@ -150,6 +157,26 @@ def sawtooth(lines: pd.DataFrame, marks: pd.DataFrame, title: str = "", height: 
             },
         })
         datasets["marks"] = m
+    if failed is not None and not failed.empty:
+        f_ts = pd.to_numeric(failed["ts"], errors="coerce").to_numpy(dtype=float)
+        # around the mark of the call it belongs to (same time), else where the prompt stood
+        call_y = dict(zip(datasets["marks"]["t"], datasets["marks"]["y"])) if "marks" in datasets else {}
+        idx = np.searchsorted(ts, f_ts, side="right") - 1
+        prompt_at = np.where(idx >= 0, vals[0][np.clip(idx, 0, max(len(ts) - 1, 0))] if len(ts) else np.nan,
+                             np.nan)
+        y = np.array([call_y.get(t * 1000.0, p) for t, p in zip(f_ts, prompt_at)], dtype=float)
+        datasets["summary_failures"] = pd.DataFrame({
+            "t": f_ts * 1000.0, "y": np.nan_to_num(y, nan=0.0), "o": failed["outcome"].astype(str).to_numpy()})
+        layers.append({
+            "data": {"name": "summary_failures"},
+            "mark": {"type": "point", "shape": "circle", "size": 420, "filled": False, "strokeWidth": 2.5,
+                     "color": SUMMARY_FAILURE_COLOR, "opacity": 1},
+            "encoding": {
+                "x": x, "y": {"field": "y", "type": "quantitative"},
+                "tooltip": [{"field": "t", "type": "temporal", "format": "%H:%M:%S", "title": "time"},
+                            {"field": "o", "type": "nominal", "title": "summary failure"}],
+            },
+        })
     spec = _spec(height=height, layer=layers, resolve={"scale": {"color": "independent"}}, datasets=datasets)
     if title:
         spec["title"] = {"text": title, "anchor": "start", "fontSize": 13, "fontWeight": "normal"}

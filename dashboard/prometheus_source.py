@@ -5,8 +5,8 @@ Uses only the HTTP API (``/api/v1/query``, ``/api/v1/query_range``,
 
 * per-session views: session ids are never metric labels (the contract);
   the usage view shows each engine's gauges instead;
-* individual timeout / fail-open events: Prometheus has counters, so the
-  incident view shows totals per engine, hook and reason;
+* individual timeout / fail-open / summary-failure events: Prometheus has
+  counters, so the incident view shows totals per engine, hook and reason;
 * message text: never exported.
 
 Counts over the range are ``increase()`` (extrapolated, rounded); percentiles
@@ -28,7 +28,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import pandas as pd
 
 from dashboard.sources import (
-    CAP_ALERTS, COMPRESS_OUTCOMES, SELECTION_RESULTS, Filters, Source, SourceError, Status,
+    CAP_ALERTS, COMPRESS_OUTCOMES, SELECTION_RESULTS, SUMMARY_EVENTS, SUMMARY_FAILURE_EVENTS, SUMMARY_KINDS,
+    Filters, Source, SourceError, Status,
 )
 
 from observed_engine.catalogue import BY_KEY
@@ -49,13 +50,14 @@ COMPRESSIONS = _metric("compressions")
 COMPRESSION_DURATION = _metric("compression_duration")
 COMPRESSION_TOKENS = _metric("compression_tokens")
 TIMEOUTS = _metric("compression_timeouts")
+SUMMARY_FAILURES = _metric("summary_failures")
 FAIL_OPEN = _metric("fail_open")
 SELECTIONS = _metric("selections")
 CACHE_LOST = _metric("cache_prefix_lost")
 
 METRICS_USED = (HOOK_CALLS, HOOK_DURATION + "_bucket", PROMPT, THRESHOLD, WINDOW, USAGE_RATIO, COMPRESSIONS,
                 COMPRESSION_DURATION + "_bucket", COMPRESSION_TOKENS + "_sum", COMPRESSION_TOKENS + "_count",
-                TIMEOUTS, FAIL_OPEN, SELECTIONS, CACHE_LOST)
+                TIMEOUTS, SUMMARY_FAILURES, FAIL_OPEN, SELECTIONS, CACHE_LOST)
 
 ANY_SERIES = '{__name__=~"hermes_context_.+"}'
 LOOKBACK_ALL = 14 * 86400
@@ -237,6 +239,7 @@ class PrometheusSource(Source):
         sel, rng = self._sel(f), _dur(f.span)
         counts = self._vec(increase_sum(COMPRESSIONS, ["engine", "outcome"], sel, rng), f, ["engine", "outcome"])
         kinds = self._vec(increase_sum(TIMEOUTS, ["engine", "kind"], sel, rng), f, ["engine", "kind"])
+        failed = self._vec(increase_sum(SUMMARY_FAILURES, ["engine", "kind"], sel, rng), f, ["engine", "kind"])
         q = {p: self._vec(quantile(p, COMPRESSION_DURATION, ["engine"], sel, rng, fn="increase"), f, ["engine"])
              for p in (0.5, 0.95, 0.99)}
         tsum, tcnt = (self._vec(increase_sum(COMPRESSION_TOKENS, ["engine", "stage"], sel, rng, suffix), f,
@@ -251,14 +254,15 @@ class PrometheusSource(Source):
             b_sum, a_sum = tsum.get((e, "before")), tsum.get((e, "after"))
             b_n, a_n = tcnt.get((e, "before")), tcnt.get((e, "after"))
             rows.append((e, *(c[o] for o in COMPRESS_OUTCOMES), _count(kinds.get((e, "host_reported"))),
-                         _count(kinds.get((e, "late_completion"))), sum(c.values()),
+                         _count(kinds.get((e, "late_completion"))),
+                         *(_count(failed.get((e, k))) for k in SUMMARY_KINDS), sum(c.values()),
                          q[0.5].get((e,)), q[0.95].get((e,)), q[0.99].get((e,)),
                          b_sum / b_n if b_sum is not None and b_n else None,
                          a_sum / a_n if a_sum is not None and a_n else None,
                          a_sum / b_sum if a_sum is not None and b_sum else None))
         summary = pd.DataFrame(rows, columns=["engine", *COMPRESS_OUTCOMES, "host_reported", "late_completion",
-                                              "total", "p50_s", "p95_s", "p99_s", "tokens_before_avg",
-                                              "tokens_after_avg", "ratio"])
+                                              *SUMMARY_FAILURE_EVENTS, "total", "p50_s", "p95_s", "p99_s",
+                                              "tokens_before_avg", "tokens_after_avg", "ratio"])
         m = self._matrix(increase_sum(COMPRESSIONS, ["engine", "outcome"], sel, _dur(f.step)), f,
                          ["engine", "outcome"], shift=f.step)
         m = m[m["value"] > 0.05].rename(columns={"value": "count"})
@@ -313,6 +317,10 @@ class PrometheusSource(Source):
                                    ["engine", "kind"]).items():
             if _count(v):
                 rows.append((e, "compress", k, None, _count(v)))
+        for (e, k, c), v in self._vec(increase_sum(SUMMARY_FAILURES, ["engine", "kind", "cause"], sel, rng), f,
+                                      ["engine", "kind", "cause"]).items():
+            if _count(v):
+                rows.append((e, "compress", SUMMARY_EVENTS.get(k, f"summary_{k}"), c, _count(v)))
         df = pd.DataFrame(rows, columns=["engine", "hook", "event", "reason", "count"])
         return df.sort_values("count", ascending=False).reset_index(drop=True)
 

@@ -5,14 +5,15 @@ Two producers, both returning row tuples in ``observed_engine.store.COLUMNS`` or
 ``scenario_rows(now)``
     A small, hand-checkable scenario: three sessions on two engines with a rising
     prompt, one compression that drops it (the sawtooth), every select_context
-    result, a compression past its deadline and a fail-open. ``SCENARIO`` holds
-    the numbers the dashboard must show for it.
+    result, a compression past its deadline, a fail-open and two compressions that
+    returned although the summary model failed (a fallback summary, an abort).
+    ``SCENARIO`` holds the numbers the dashboard must show for it.
 
 ``synthetic_rows(n, end_ts, span_s)``
     ``n`` realistic rows spread over ``span_s`` seconds ending at ``end_ts``
     (sessions of turns: should_compress, select_context, update_from_response,
     on_turn_complete, a compress when the prompt crosses the threshold, rare
-    timeouts and fail-opens). Fast enough for a million rows.
+    timeouts, fail-opens and summary failures). Fast enough for a million rows.
 """
 
 from __future__ import annotations
@@ -55,7 +56,11 @@ SCENARIO: Dict[str, object] = {
                   "event": "fail_open", "reason": "invalid_return"},
     "deadline": {"session": "sess-alpha", "engine": "compressor", "hook": "compress",
                  "event": "deadline_exceeded", "reason": "stalled"},
-    "incidents": 2,
+    # compress() calls that returned although the summary model failed: (engine, kind, cause) -> count
+    # (store rows event='summary_failure', outcome=kind, reason=cause; the dashboard's
+    # summary_fallback / summary_aborted)
+    "summary_failures": {("compressor", "fallback_summary", "other"): 1, ("compressor", "aborted", "network"): 1},
+    "incidents": 4,
     "peak_prompt_tokens": 90_000,
 }
 
@@ -88,14 +93,20 @@ def scenario_rows(now: float) -> List[tuple]:
                          outcome="ok", duration_s=0.00006, prompt_tokens=p, threshold_tokens=threshold,
                          window_tokens=window, input_tokens=p, output_tokens=600))
     t += 30
+    # the summary model failed (a 5xx): the compressor dropped the middle turns with a fallback summary
+    rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", event="summary_failure",
+                     outcome="fallback_summary", reason="other", duration_s=20.0))
     rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", outcome="compressed",
                      duration_s=20.0, tokens_before=88_000, tokens_after=22_000, messages_before=90,
                      messages_after=12, prompt_tokens=0, threshold_tokens=threshold, window_tokens=window))
     t += 60
-    # a compression that stalls past its deadline, then a no-op one
+    # a compression that stalls past its deadline, then a no-op one: the summary model was unreachable,
+    # the compressor aborted and kept the messages
     rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", event="deadline_exceeded",
                      reason="stalled", duration_s=120.0))
     t += 10
+    rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", event="summary_failure",
+                     outcome="aborted", reason="network", duration_s=0.5))
     rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", outcome="noop",
                      duration_s=0.5, tokens_before=30_000, tokens_after=30_000, messages_before=20,
                      messages_after=20))
@@ -222,6 +233,14 @@ def synthetic_rows(n: int, *, end_ts: float, span_s: float = 86_400.0, seed: int
                     continue
                 outcome = "compressed" if draw < 0.92 else ("noop" if draw < 0.97 else "error")
                 dur = lognorm(math.log(8.0), 0.6)
+                # the summary model failed although compress() returned (drawn from the same number):
+                # ~2 % of compressions with a fallback summary, ~1.5 % aborted (messages kept)
+                if 0.90 <= draw < 0.935:
+                    # (the built-in aborts on auth and network failures, falls back on the others)
+                    kind = "fallback_summary" if draw < 0.92 else "aborted"
+                    cause = "other" if draw < 0.92 else ("network" if draw < 0.93 else "auth")
+                    out.append(tuple(base(ct + dur, session, engine, "compress", event="summary_failure",
+                                          outcome=kind, reason=cause, duration=dur)))
                 r = base(ct + dur, session, engine, "compress", outcome=outcome, duration=dur,
                          reason="RuntimeError" if outcome == "error" else None)
                 r[I["tokens_before"]] = prompt

@@ -31,7 +31,14 @@ import pandas as pd
 COMPRESS_OUTCOMES: Tuple[str, ...] = ("compressed", "noop", "error", "timeout")
 SELECTION_RESULTS: Tuple[str, ...] = ("unchanged", "same_selection", "changed_selection", "fail_open")
 TIMEOUT_EVENTS: Tuple[str, ...] = ("deadline_exceeded", "host_reported", "late_completion")
-INCIDENT_EVENTS: Tuple[str, ...] = TIMEOUT_EVENTS + ("fail_open",)
+# compress() calls that returned although the summary model failed (catalogue key "summary_failures";
+# store rows event='summary_failure', outcome=kind, reason=cause). The dashboard names the incident by
+# its kind: SUMMARY_EVENTS[kind].
+SUMMARY_KINDS: Tuple[str, ...] = ("fallback_summary", "aborted")
+SUMMARY_CAUSES: Tuple[str, ...] = ("auth", "network", "other")
+SUMMARY_EVENTS: Dict[str, str] = {"fallback_summary": "summary_fallback", "aborted": "summary_aborted"}
+SUMMARY_FAILURE_EVENTS: Tuple[str, ...] = tuple(SUMMARY_EVENTS[k] for k in SUMMARY_KINDS)
+INCIDENT_EVENTS: Tuple[str, ...] = TIMEOUT_EVENTS + ("fail_open",) + SUMMARY_FAILURE_EVENTS
 
 # Capabilities a source may have; views say what is missing when one is absent.
 CAP_SESSIONS = "sessions"          # per-session rows (the sawtooth of one session)
@@ -147,8 +154,11 @@ class Source:
         raise NotImplementedError
 
     def compressions(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
-        """Per engine: [engine, compressed, noop, error, timeout, total, p50_s, p95_s, p99_s,
-        tokens_before_avg, tokens_after_avg, ratio]; over time: [ts, engine, outcome, count]."""
+        """Per engine: [engine, compressed, noop, error, timeout, host_reported, late_completion,
+        summary_fallback, summary_aborted, total, p50_s, p95_s, p99_s, tokens_before_avg,
+        tokens_after_avg, ratio]; over time: [ts, engine, outcome, count].
+        ``summary_fallback`` / ``summary_aborted``: calls among them that returned although the
+        summary model failed (a fallback summary was inserted / the compression was aborted)."""
         raise NotImplementedError
 
     def selections(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
@@ -162,13 +172,15 @@ class Source:
         raise NotImplementedError
 
     def incidents(self, f: Filters, limit: int = 500) -> pd.DataFrame:
-        """Timeout and fail-open events, newest first:
-        [ts, session, engine, hook, event, reason, duration_s, content]."""
+        """Timeout, fail-open and summary-failure events, newest first:
+        [ts, session, engine, hook, event, reason, duration_s, content].
+        ``event`` is one of INCIDENT_EVENTS (a summary failure: summary_fallback / summary_aborted,
+        with its cause as ``reason``)."""
         return pd.DataFrame(columns=["ts", "session", "engine", "hook", "event", "reason", "duration_s",
                                      "content"])
 
     def incident_counts(self, f: Filters) -> pd.DataFrame:
-        """[engine, hook, event, reason, count] over the range."""
+        """[engine, hook, event, reason, count] over the range (events and reasons as in ``incidents``)."""
         raise NotImplementedError
 
     def alerts(self, f: Filters, now: float) -> pd.DataFrame:

@@ -9,7 +9,7 @@ How it stays fast on a million rows (see ``benchmarks/dashboard_bench.py``):
   lists are passed explicitly, so ``engine IN (...) AND hook = ? AND ts`` is an
   index range; hook call counts are index-only), ``events_session_ts`` (the
   sawtooth of one session, the session list by loose index scan) and the
-  partial ``events_incidents`` (timeouts, fail-opens).
+  partial ``events_incidents`` (timeouts, fail-opens, summary failures).
 * Bucketed aggregates are incremental: the closed part of the range (buckets
   that ended more than ``LATE_MARGIN_S`` ago) is kept in memory and only the
   newest buckets are queried on a refresh. Rows that arrive late (a ``ts``
@@ -43,12 +43,34 @@ import numpy as np
 import pandas as pd
 
 from dashboard.sources import (
-    CAP_CONTENT, CAP_EVENTS, CAP_EXACT, CAP_SESSIONS, COMPRESS_OUTCOMES, INCIDENT_EVENTS,
-    SELECTION_RESULTS, Filters, Source, SourceError, Status,
+    CAP_CONTENT, CAP_EVENTS, CAP_EXACT, CAP_SESSIONS, COMPRESS_OUTCOMES, SELECTION_RESULTS, SUMMARY_EVENTS,
+    SUMMARY_FAILURE_EVENTS, TIMEOUT_EVENTS, Filters, Source, SourceError, Status,
 )
 
-ALERT_WINDOW_S = 15 * 60          # store-derived alerts look at the last 15 minutes
+ALERT_WINDOW_S = 15 * 60          # store-derived alerts look at the last 15 minutes ...
+SUMMARY_ALERT_WINDOW_S = 30 * 60  # ... HermesContextSummaryFailing at the last 30 (the built-in's cooldowns)
 NEAR_WINDOW_RATIO = 0.9           # HermesContextNearWindow
+
+# The store's incident rows (events other than 'call'); a summary failure is one 'summary_failure'
+# row whose outcome is its kind and reason its cause.
+STORE_INCIDENT_EVENTS = TIMEOUT_EVENTS + ("fail_open", "summary_failure")
+# ... and the dashboard's name for each (sources.INCIDENT_EVENTS): a summary failure by its kind.
+INCIDENT_EVENT_SQL = (
+    "CASE WHEN event = 'summary_failure' THEN CASE outcome "
+    + " ".join(f"WHEN '{kind}' THEN '{ev}'" for kind, ev in SUMMARY_EVENTS.items())
+    + " ELSE 'summary_' || COALESCE(outcome, 'failure') END ELSE event END"
+)
+
+
+def _mark(event: str, outcome: Optional[str]) -> Optional[str]:
+    """What a compress row is marked as on the sawtooth: the call's outcome, or its event."""
+    if event == "call":
+        return outcome
+    if event == "deadline_exceeded":
+        return "timeout"
+    if event == "summary_failure":
+        return SUMMARY_EVENTS.get(outcome, f"summary_{outcome}")
+    return event
 
 
 @dataclass
@@ -383,8 +405,7 @@ class SQLiteSource(Source):
                         if hook == "update_from_response":
                             line_rows.append((ts, sess, pt, tt, wt))
                         else:
-                            o = outcome if event == "call" else ("timeout" if event == "deadline_exceeded" else event)
-                            mark_rows.append((ts, sess, o, tb, ta, d))
+                            mark_rows.append((ts, sess, _mark(event, outcome), tb, ta, d))
                     continue
                 # a very long session: the per-bucket peak, and the latest 500 compressions
                 p = dict(params_base, s=sess, g2=max(1.0, f.span / 1000.0))
@@ -397,8 +418,7 @@ class SQLiteSource(Source):
                         "SELECT ts, event, outcome, tokens_before, tokens_after, duration_s FROM events "
                         "WHERE session = :s AND ts >= :lo AND ts < :hi AND hook = 'compress'" + engine_clause +
                         " ORDER BY ts DESC LIMIT 500", p):
-                    o = outcome if event == "call" else ("timeout" if event == "deadline_exceeded" else event)
-                    mark_rows.append((ts, sess, o, tb, ta, d))
+                    mark_rows.append((ts, sess, _mark(event, outcome), tb, ta, d))
         return pd.DataFrame(line_rows, columns=line_cols), pd.DataFrame(mark_rows, columns=mark_cols)
 
     def usage_now(self, f: Filters, sessions: Sequence[str]) -> pd.DataFrame:
@@ -421,11 +441,14 @@ class SQLiteSource(Source):
     # -- compressions ----------------------------------------------------------
 
     def compressions(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
-        cols = ["engine", *COMPRESS_OUTCOMES, "host_reported", "late_completion", "total", "p50_s", "p95_s",
-                "p99_s", "tokens_before_avg", "tokens_after_avg", "ratio"]
+        cols = ["engine", *COMPRESS_OUTCOMES, "host_reported", "late_completion", *SUMMARY_FAILURE_EVENTS, "total",
+                "p50_s", "p95_s", "p99_s", "tokens_before_avg", "tokens_after_avg", "ratio"]
         engines = self._engine_list(f)
         params: dict = {}
         in_e = self._in(engines, "e", params)
+        # (event and outcome are in the covering index; the token columns are read from the rows anyway)
+        summary_sums = "".join(f"SUM(event = 'summary_failure' AND outcome = '{kind}') AS {ev}, "
+                               for kind, ev in SUMMARY_EVENTS.items())
         sql = (
             "SELECT CAST(ts / :g AS INTEGER) * :g AS b, engine, "
             "SUM(event = 'call' AND outcome = 'compressed') AS compressed, "
@@ -434,6 +457,7 @@ class SQLiteSource(Source):
             "SUM(event = 'deadline_exceeded') AS timeout, "
             "SUM(event = 'host_reported') AS host_reported, "
             "SUM(event = 'late_completion') AS late_completion, "
+            f"{summary_sums}"
             "SUM(event = 'call' AND duration_s IS NOT NULL) AS calls, "
             "TOTAL(CASE WHEN event = 'call' AND outcome = 'compressed' THEN tokens_before END) AS tb, "
             "TOTAL(CASE WHEN event = 'call' AND outcome = 'compressed' THEN tokens_after END) AS ta, "
@@ -445,8 +469,8 @@ class SQLiteSource(Source):
             df = self._bucketed("compress", sql, params, f)
             if df.empty:
                 return pd.DataFrame(columns=cols), empty_series
-            num = ["compressed", "noop", "error", "timeout", "host_reported", "late_completion", "calls", "tb",
-                   "ta", "tn"]
+            num = ["compressed", "noop", "error", "timeout", "host_reported", "late_completion",
+                   *SUMMARY_FAILURE_EVENTS, "calls", "tb", "ta", "tn"]
             agg: Dict[str, dict] = {}
             buckets: Dict[str, Dict[float, float]] = {}
             series_rows = []
@@ -465,7 +489,8 @@ class SQLiteSource(Source):
                 a = agg[eng]
                 p50, p95, p99 = self._percentiles(eng, "compress", f, buckets.get(eng, {}))
                 out.append((eng, *(int(a[o]) for o in COMPRESS_OUTCOMES), int(a["host_reported"]),
-                            int(a["late_completion"]), int(sum(a[o] for o in COMPRESS_OUTCOMES)), p50, p95, p99,
+                            int(a["late_completion"]), *(int(a[ev]) for ev in SUMMARY_FAILURE_EVENTS),
+                            int(sum(a[o] for o in COMPRESS_OUTCOMES)), p50, p95, p99,
                             a["tb"] / a["tn"] if a["tn"] else None, a["ta"] / a["tn"] if a["tn"] else None,
                             a["ta"] / a["tb"] if a["tb"] else None))
             series = pd.DataFrame(series_rows, columns=["ts", "engine", "outcome", "count"]) if series_rows \
@@ -617,7 +642,7 @@ class SQLiteSource(Source):
 
     def _incident_where(self, f: Filters, params: dict) -> str:
         params.update(lo=f.start, hi=f.end)
-        ev = self._in(INCIDENT_EVENTS, "ev", params)
+        ev = self._in(STORE_INCIDENT_EVENTS, "ev", params)
         # "event != 'call'" lets SQLite use the partial index events_incidents.
         where = f"event != 'call' AND event IN {ev} AND ts >= :lo AND ts < :hi"
         if f.engines:
@@ -631,8 +656,8 @@ class SQLiteSource(Source):
         params: dict = {"limit": limit}
         where = self._incident_where(f, params)
         return self._frame(
-            "SELECT ts, session, engine, hook, event, reason, duration_s, content FROM events "
-            f"WHERE {where} ORDER BY ts DESC LIMIT :limit", params)
+            f"SELECT ts, session, engine, hook, {INCIDENT_EVENT_SQL} AS event, reason, duration_s, content "
+            f"FROM events WHERE {where} ORDER BY ts DESC LIMIT :limit", params)
 
     def incident_counts(self, f: Filters) -> pd.DataFrame:
         cols = ["engine", "hook", "event", "reason", "count"]
@@ -640,13 +665,14 @@ class SQLiteSource(Source):
         where = self._incident_where(f, params)
         if f.start % f.step:          # an unaligned range (the alerts' last 15 minutes): one plain query
             return self._frame(
-                "SELECT engine, hook, event, reason, COUNT(*) AS count FROM events "
-                f"WHERE {where} GROUP BY engine, hook, event, reason ORDER BY count DESC", params)
+                f"SELECT engine, hook, {INCIDENT_EVENT_SQL} AS event, reason, COUNT(*) AS count FROM events "
+                f"WHERE {where} GROUP BY engine, hook, {INCIDENT_EVENT_SQL}, reason ORDER BY count DESC", params)
         for k in ("lo", "hi"):
             params.pop(k, None)
         df = self._bucketed(
-            "incidents", "SELECT CAST(ts / :g AS INTEGER) * :g AS b, engine, hook, event, reason, COUNT(*) AS count "
-            f"FROM events WHERE {where} GROUP BY b, engine, hook, event, reason", params, f)
+            "incidents", f"SELECT CAST(ts / :g AS INTEGER) * :g AS b, engine, hook, {INCIDENT_EVENT_SQL} AS event, "
+            f"reason, COUNT(*) AS count FROM events WHERE {where} GROUP BY b, engine, hook, {INCIDENT_EVENT_SQL}, "
+            "reason", params, f)
         if df.empty:
             return pd.DataFrame(columns=cols)
         out = df.groupby(["engine", "hook", "event", "reason"], dropna=False, as_index=False)["count"].sum()
@@ -685,6 +711,17 @@ class SQLiteSource(Source):
             for engine, n, since in errs:
                 rows.append(("HermesContextCompressionErrors", _rule_severity("HermesContextCompressionErrors"), engine,
                              f"{n} compress() error(s) in the last 15 min", since))
+            # HermesContextSummaryFailing: per engine, kind and cause; the rows are rare non-call
+            # events, read through the partial index events_incidents.
+            sp: dict = {"slo": now - SUMMARY_ALERT_WINDOW_S}
+            engine_clause = " AND engine IN " + self._in(f.engines, "se", sp) if f.engines else ""
+            for engine, kind, cause, n, since in self._rows(
+                    "SELECT engine, outcome, reason, COUNT(*), MIN(ts) FROM events WHERE event != 'call' "
+                    f"AND event = 'summary_failure' AND ts >= :slo{engine_clause} GROUP BY engine, outcome, reason",
+                    sp):
+                rows.append(("HermesContextSummaryFailing", _summary_severity(cause), engine,
+                             f"{n} compress() call(s) returned although the summary model failed ({kind}, "
+                             f"cause {cause}) in the last 30 min", since))
             near = self._rows(
                 "SELECT engine, session, prompt_tokens, window_tokens, MAX(ts) FROM events "
                 f"WHERE engine IN {in_e} AND hook = 'update_from_response' AND ts >= :lo GROUP BY session",
@@ -745,3 +782,8 @@ def _rule_severities() -> dict:
 
 def _rule_severity(name: str) -> str:
     return _rule_severities().get(name, "warning")
+
+
+def _summary_severity(cause: Optional[str]) -> str:
+    """HermesContextSummaryFailing's severity, a template in the rule: auth does not heal by itself."""
+    return "critical" if cause == "auth" else "warning"

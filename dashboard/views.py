@@ -20,7 +20,7 @@ import streamlit as st
 from dashboard import charts
 from dashboard.sources import (
     CAP_ALERTS, CAP_CONTENT, CAP_EVENTS, CAP_EXACT, CAP_SESSIONS, COMPRESS_OUTCOMES, SELECTION_RESULTS,
-    Filters, Source, SourceError, Status,
+    SUMMARY_CAUSES, SUMMARY_EVENTS, SUMMARY_FAILURE_EVENTS, Filters, Source, SourceError, Status,
 )
 
 TAB_USAGE = "Context usage"
@@ -253,8 +253,36 @@ def render_alert_banner(ctx: Ctx) -> pd.DataFrame:
     return alerts
 
 
+def summary_failures(counts: pd.DataFrame) -> pd.DataFrame:
+    """The summary-failure rows of ``incident_counts`` as [engine, kind, cause, count] (kind and cause
+    as the metric labels them), most frequent first."""
+    cols = ["engine", "kind", "cause", "count"]
+    if counts is None or counts.empty:
+        return pd.DataFrame(columns=cols)
+    kind_of = {ev: kind for kind, ev in SUMMARY_EVENTS.items()}
+    sf = counts[counts["event"].isin(SUMMARY_FAILURE_EVENTS)]
+    if sf.empty:
+        return pd.DataFrame(columns=cols)
+    out = pd.DataFrame({"engine": sf["engine"], "kind": sf["event"].map(kind_of), "cause": sf["reason"],
+                        "count": sf["count"]})
+    out = out.groupby(["engine", "kind", "cause"], dropna=False, as_index=False)["count"].sum()
+    return out.sort_values(["count", "engine", "kind", "cause"], ascending=[False, True, True, True])[cols] \
+        .reset_index(drop=True)
+
+
+def summary_failure_note(by_kind: dict, by_cause: dict, approx: str = "") -> str:
+    """One sentence for the operator: how many compress() calls lost their summary, and why."""
+    n = sum(by_kind.values())
+    causes = ", ".join(f"{c} {fmt_int(by_cause[c])}" for c in SUMMARY_CAUSES if by_cause.get(c))
+    return (f"**{fmt_int(n)} compress() call{'s' if n != 1 else ''} returned although the summary model "
+            f"failed{approx}:** {fmt_int(by_kind.get('fallback_summary', 0))} with a fallback summary (middle "
+            f"turns dropped without a real summary), {fmt_int(by_kind.get('aborted', 0))} aborted (messages "
+            f"kept, the context stays full). Cause: {causes or '–'}. The outcomes count these calls by what "
+            "happened to the message list (a fallback reads `compressed`).")
+
+
 def render_kpis(ctx: Ctx) -> None:
-    cols = st.columns(5)
+    cols = st.columns([1, 1, 1.35, 0.85, 1.1, 1.25])       # room for the longer labels
     comp, _ = ctx.q("compressions")
     counts = ctx.q("incident_counts")
     timeouts = int(counts.loc[counts["event"].isin(["deadline_exceeded", "host_reported"]), "count"].sum()) \
@@ -276,14 +304,19 @@ def render_kpis(ctx: Ctx) -> None:
     cols[2].metric("Compression timeouts", fmt_int(timeouts),
                    help="Compressions past their deadline (deadline_exceeded, host_reported)" + approx)
     cols[3].metric("Fail-opens", fmt_int(fail_opens), help="Hook failures the host fell open on" + approx)
+    sf = {ev: int(comp[ev].sum()) if not comp.empty and ev in comp else 0 for ev in SUMMARY_FAILURE_EVENTS}
+    cols[4].metric("Summary failures", fmt_int(sum(sf.values())),
+                   help="compress() calls that returned although the summary model failed: "
+                        f"{sf['summary_fallback']:,} with a fallback summary, {sf['summary_aborted']:,} aborted"
+                        + approx + ". Kinds and causes under *Compressions*.")
     now = ctx.q("usage_now", recent) if recent else pd.DataFrame()
     if now is not None and not now.empty and now["ratio"].notna().any():
         top = now.loc[now["ratio"].idxmax()]
-        cols[4].metric("Highest context usage", fmt_pct(top["ratio"], 0),
+        cols[5].metric("Highest context usage", fmt_pct(top["ratio"], 0),
                        help=f"{top['series']}: {fmt_int(top['prompt_tokens'])} of {fmt_int(top['window_tokens'])} "
                             f"tokens (threshold {fmt_int(top['threshold_tokens'])}), latest response.")
     else:
-        cols[4].metric("Highest context usage", "–", help="No update_from_response in the range.")
+        cols[5].metric("Highest context usage", "–", help="No update_from_response in the range.")
 
 
 # --- 1. context usage ----------------------------------------------------------
@@ -379,6 +412,11 @@ def view_compressions(ctx: Ctx) -> None:
                    help="Sum of tokens after over tokens before, compressed calls.")
     p95 = summary["p95_s"].max()
     cols[5].metric("p95 latency", fmt_seconds(p95), help="compress() p95 of the slowest engine.")
+    failed = summary_failures(ctx.q("incident_counts"))
+    if not failed.empty:
+        by_kind = failed.groupby("kind")["count"].sum().to_dict()
+        by_cause = failed.groupby("cause")["count"].sum().to_dict()
+        st.warning(summary_failure_note(by_kind, by_cause, "" if ctx.exact else " (from increase(), approximate)"))
     left, right = st.columns([2, 3])
     with left:
         st.markdown("##### Outcomes per engine")
@@ -394,6 +432,7 @@ def view_compressions(ctx: Ctx) -> None:
     table = pd.DataFrame({
         "engine": summary["engine"],
         **{o: summary[o] for o in COMPRESS_OUTCOMES},
+        **{ev: summary[ev] for ev in SUMMARY_FAILURE_EVENTS},
         "p50 s": summary["p50_s"], "p95 s": summary["p95_s"], "p99 s": summary["p99_s"],
         "avg tokens before": summary["tokens_before_avg"], "avg tokens after": summary["tokens_after_avg"],
         "after / before": summary["ratio"],
@@ -403,9 +442,18 @@ def view_compressions(ctx: Ctx) -> None:
         "p50 s": num(format="%.2f"), "p95 s": num(format="%.2f"), "p99 s": num(format="%.2f"),
         "avg tokens before": num(format="localized"), "avg tokens after": num(format="localized"),
         "after / before": num(format="percent"),
+        "summary_fallback": num(help="compress() calls that returned with a fallback summary: the summary model "
+                                     "failed, the middle turns were dropped without a real summary."),
+        "summary_aborted": num(help="compress() calls that returned aborted: the summary model failed, the "
+                                    "messages were kept and the context stays full."),
     })
+    if not failed.empty:
+        st.markdown("##### Summary failures by kind and cause")
+        st.dataframe(numeric(failed, skip=("engine", "kind", "cause")), hide_index=True, width="stretch")
     note = ("Timeout = a compression the engine's watchdog saw pass its deadline (`deadline_exceeded`); "
-            "host-reported and late completions are listed under Alerts & incidents. ")
+            "host-reported and late completions are listed under Alerts & incidents. "
+            "summary_fallback / summary_aborted = calls among them that returned although the summary model "
+            "failed (as the engine reports it; the built-in compressor does). ")
     if ctx.exact:
         note += "Latency percentiles are over compress() calls (exact up to 3,000 calls per engine)."
     else:
@@ -465,7 +513,7 @@ def view_alerts(ctx: Ctx, alerts: Optional[pd.DataFrame]) -> None:
         st.caption(f"From Prometheus `/api/v1/alerts` ({ctx.src.label}).")
     else:
         note = ("Derived from the store (`from` = store): timeouts, fail-opens, compress() errors and sessions "
-                "above 90 % of their window in the last 15 minutes. ")
+                "above 90 % of their window in the last 15 minutes, summary failures in the last 30. ")
         if ctx.alerts_from is not None:
             note += f"Rule alerts from Prometheus `{ctx.alerts_from.label}` (`from` = prometheus)."
         else:
@@ -481,14 +529,19 @@ def view_alerts(ctx: Ctx, alerts: Optional[pd.DataFrame]) -> None:
         st.dataframe(a, hide_index=True, width="stretch",
                      column_config={"since": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss")})
     counts = ctx.q("incident_counts")
-    st.markdown("##### Timeouts and fail-opens")
+    st.markdown("##### Timeouts and fail-opens, summary failures")
     if counts.empty:
-        st.success("No timeouts or fail-opens in this range.")
+        st.success("No timeouts, fail-opens or summary failures in this range.")
         return
     by_event = counts.groupby("event")["count"].sum()
-    cols = st.columns(4)
-    for col, ev in zip(cols, ("deadline_exceeded", "host_reported", "late_completion", "fail_open")):
-        col.metric(ev, fmt_int(by_event.get(ev, 0)))
+    events = ("deadline_exceeded", "host_reported", "late_completion", "fail_open", *SUMMARY_FAILURE_EVENTS)
+    helps = {"summary_fallback": "compress() returned with a fallback summary (the summary model failed); "
+                                 "reason = cause.",
+             "summary_aborted": "compress() returned aborted, messages kept (the summary model failed); "
+                                "reason = cause."}
+    cols = st.columns(len(events))
+    for col, ev in zip(cols, events):
+        col.metric(ev, fmt_int(by_event.get(ev, 0)), help=helps.get(ev))
     if ctx.src.supports(CAP_EVENTS):
         inc = ctx.q("incidents", 500)
         table = pd.DataFrame({
@@ -574,12 +627,14 @@ def view_compare(ctx: Ctx) -> None:
         timeouts = int(i.loc[i["event"].isin(["deadline_exceeded", "host_reported"]), "count"].sum()) \
             if not i.empty else 0
         fails = int(i.loc[i["event"] == "fail_open", "count"].sum()) if not i.empty else 0
+        summary_failed = int(sum(c[ev] for ev in SUMMARY_FAILURE_EVENTS)) if c is not None else 0
         l = lat[lat["engine"] == eng]
         return {
             "compressions": 0 if c is None else c["total"],
             "compressed": 0 if c is None else c["compressed"],
             "compress errors": 0 if c is None else c["error"],
             "compression timeouts": timeouts,
+            "summary failures": summary_failed,
             "compress p50": None if c is None else c["p50_s"],
             "compress p95": None if c is None else c["p95_s"],
             "compress p99": None if c is None else c["p99_s"],

@@ -9,8 +9,9 @@ The data feeds are swappable, with one job each:
 
   - ``real`` (default): the demo's observed engines (Hermes' built-in ContextCompressor with an
     offline summariser, and the topic-router engine with select_context) driven by a scripted
-    traffic of four sessions, with a summary slower than the compress deadline and
-    select_context garbage (``support.real_feeds``);
+    traffic of five sessions, with a summary slower than the compress deadline, a summary model
+    that fails (``call_llm`` raises: a server error, then a 401; the compressor returns with a
+    fallback summary, then aborted) and select_context garbage (``support.real_feeds``);
   - ``rows``: the hand-made scenario of ``dashboard.sample_data`` written with ``StoreWriter``.
 
   One feed per module (``fed``); tests that write get a copy.
@@ -45,7 +46,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import pytest
-from support.real_feeds import (EngineExporter, StoreFacts, copy_store, feed_real_session, percentiles,
+from support.real_feeds import (SCRIPT, EngineExporter, StoreFacts, copy_store, feed_real_session, percentiles,
                                 prometheus_ready_for, store_facts)
 from support.servers import PROMETHEUS_BIN, free_port, require_binary
 
@@ -240,7 +241,10 @@ def test_the_feed(facts):
     if STORE_FEED == "real":
         facts.check_real_session()
         assert facts.engines == ["compressor", "topic-router"]
-        assert len(facts.sessions) == 4
+        assert len(facts.sessions) == len(SCRIPT) == 5
+        # the built-in compressor returned twice although call_llm raised: a 500 -> fallback summary,
+        # a 401 -> aborted (messages kept)
+        assert facts.summary_failures == {"compressor": {("fallback_summary", "other"): 1, ("aborted", "auth"): 1}}
         fo = [r for r in facts.incidents if r["event"] == "fail_open"]
         assert {(r["engine"], r["hook"], r["reason"]) for r in fo} == {("topic-router", "select_context",
                                                                        "invalid_return")}
@@ -257,11 +261,13 @@ def test_headline_and_sawtooth(monkeypatch, filled_store, facts):
     assert m["Compressions"] == fmt_int(facts.compressions())
     assert m["Compression timeouts"] == str(facts.timeouts)
     assert m["Fail-opens"] == str(facts.fail_opens)
+    assert m["Summary failures"] == fmt_int(facts.summary_total())
     top_session, top_ratio = facts.highest_usage()
     assert m["Highest context usage"] == pct0(top_ratio), top_session
     # the alert banner (store-derived: timeouts and fail-opens of the last 15 minutes)
     expected_alerts = facts.alerts(now)
-    assert {"HermesContextCompressionTimeout", "HermesContextEngineFailOpen"} <= expected_alerts
+    assert {"HermesContextCompressionTimeout", "HermesContextEngineFailOpen",
+            "HermesContextSummaryFailing"} <= expected_alerts
     for name in expected_alerts:
         assert name in banner(at)
     # the sawtooth: one chart per drawn session, titled with its engine, usage and compressions
@@ -303,6 +309,26 @@ def test_sawtooth_data_of_one_session(monkeypatch, filled_store, facts):
     # no message text without capture_content
     assert "capture_content is off" in texts(at)
     assert not at.expander
+
+
+def test_summary_failure_in_the_session_view(monkeypatch, filled_store, facts):
+    """The session whose summary model failed: its compress() row and the summary_fallback row next to
+    it in the session's table, and a ring around the call's mark on the sawtooth."""
+    session = facts.session_with("summary_fallback")
+    at = app(monkeypatch, store=filled_store)
+    run_ok(at)
+    at.selectbox(key="session").set_value(session)
+    run_ok(at)
+    table = frame_with(at, "outcome")
+    marks = facts.marks[session]
+    assert sorted(table["outcome"]) == sorted(m["outcome"] for m in marks)
+    assert "summary_fallback" in set(table["outcome"])
+    if STORE_FEED == "real":
+        assert sorted(table["outcome"]) == ["compressed", "summary_fallback"]
+    (spec,) = chart_specs(at)
+    rings = [layer for layer in spec["layer"] if layer.get("data", {}).get("name") == "summary_failures"]
+    assert len(rings) == 1 and rings[0]["mark"]["shape"] == "circle"
+    assert "summary model failed" in texts(at)            # the legend says what the ring means
 
 
 def test_sawtooth_rises_and_drops_in_the_source(filled_store, facts):
@@ -358,6 +384,19 @@ def test_compressions_view(monkeypatch, filled_store, facts):
         assert table.loc["compressor", "timeout"] == 1
         assert table.loc["compressor", "p99 s"] > 0.5
     assert len(chart_specs(at)) == 2
+    # compress() calls that returned although the summary model failed, per engine and kind ...
+    for engine in facts.compress:
+        assert table.loc[engine, "summary_fallback"] == facts.summary_total("fallback_summary", engine=engine), engine
+        assert table.loc[engine, "summary_aborted"] == facts.summary_total("aborted", engine=engine), engine
+    # ... and per engine, kind and cause
+    expected = {(e, k, c): n for e, by in facts.summary_failures.items() for (k, c), n in by.items()}
+    detail = frame_with(at, "cause")
+    assert {(r["engine"], r["kind"], r["cause"]): r["count"] for r in detail.to_dict("records")} == expected
+    assert f"{fmt_int(facts.summary_total())} compress() calls returned although the summary model failed" \
+        in texts(at)
+    if STORE_FEED == "real":
+        assert expected == {("compressor", "fallback_summary", "other"): 1, ("compressor", "aborted", "auth"): 1}
+        assert (table.loc["topic-router", "summary_fallback"], table.loc["topic-router", "summary_aborted"]) == (0, 0)
 
 
 def test_selection_view(monkeypatch, filled_store, facts):
@@ -390,16 +429,18 @@ def test_alerts_and_incident_table(monkeypatch, filled_store, facts):
     assert set(alerts["alert"]) == facts.alerts(now)
     assert set(alerts["state"]) == {"firing"}
     m = metrics(at)
-    for event in ("deadline_exceeded", "host_reported", "late_completion", "fail_open"):
+    for event in ("deadline_exceeded", "host_reported", "late_completion", "fail_open", "summary_fallback",
+                  "summary_aborted"):
         assert m[event] == fmt_int(facts.count(event)), event
+    assert facts.count("summary_fallback") and facts.count("summary_aborted")
     inc = frame_with(at, "reason")
     assert len(inc) == min(500, len(facts.incidents))
     assert list(inc["time"]) == sorted(inc["time"], reverse=True)           # newest first
     keys = ("session", "engine", "hook", "event", "reason")
     shown = sorted(tuple(r[k] for k in keys) for r in inc.to_dict("records"))
     assert shown == sorted(tuple(r[k] for k in keys) for r in facts.incidents)
-    # the fail-open and the deadline rows, as the store has them
-    for event in ("fail_open", "deadline_exceeded"):
+    # the fail-open, the deadline and the summary-failure rows, as the store has them
+    for event in ("fail_open", "deadline_exceeded", "summary_fallback", "summary_aborted"):
         exp = next(r for r in facts.incidents if r["event"] == event)
         row = inc[(inc["event"] == event) & (inc["session"] == exp["session"])].iloc[0]
         assert {k: row[k] for k in keys} == {k: exp[k] for k in keys}
@@ -409,6 +450,15 @@ def test_alerts_and_incident_table(monkeypatch, filled_store, facts):
         assert set(fo["reason"]) == {"invalid_return"}
         assert set(fo["session"]) <= set(facts.engine_sessions("topic-router"))
         assert set(inc.loc[inc["event"] == "deadline_exceeded", "engine"]) == {"compressor"}
+        sf = inc[inc["event"].isin(["summary_fallback", "summary_aborted"])]
+        assert sorted(zip(sf["engine"], sf["hook"], sf["event"], sf["reason"])) == [
+            ("compressor", "compress", "summary_aborted", "auth"),
+            ("compressor", "compress", "summary_fallback", "other")]
+        # the store-derived HermesContextSummaryFailing: one per engine, kind and cause; auth is critical
+        failing = alerts[alerts["alert"] == "HermesContextSummaryFailing"]
+        assert sorted(zip(failing["engine"], failing["severity"])) == [("compressor", "critical"),
+                                                                        ("compressor", "warning")]
+        assert any("aborted, cause auth" in d for d in failing["detail"])
     assert "content" not in inc.columns                  # capture_content was off
 
 
@@ -439,6 +489,7 @@ def test_compare_engines_view(monkeypatch, filled_store, facts):
         assert col["fail-opens"] == fmt_int(facts.count("fail_open", engine))
         assert col["compression timeouts"] == fmt_int(facts.count("deadline_exceeded", engine)
                                                       + facts.count("host_reported", engine))
+        assert col["summary failures"] == fmt_int(facts.summary_total(engine=engine))
         sel = facts.selections.get(engine)
         assert col["churn rate"] == (fmt_pct(sel["changed_selection"] / sum(sel.values())) if sel else "–")
         durations = facts.compress_durations.get(engine)
@@ -460,6 +511,7 @@ def test_engine_filter(monkeypatch, filled_store, facts):
     assert m["Active sessions"] == str(len(sessions))
     assert m["Compressions"] == fmt_int(facts.compressions(engine))
     assert m["Fail-opens"] == fmt_int(facts.count("fail_open", engine))
+    assert m["Summary failures"] == fmt_int(facts.summary_total(engine=engine))
     assert sorted(t.split()[0] for t in chart_titles(at)) == sorted(sessions[:4])
 
 
@@ -538,6 +590,7 @@ class _Exposition:
         self.lost = counter("cache_prefix_lost")
         self.fail_open = counter("fail_open")
         self.timeouts = counter("compression_timeouts")
+        self.summary_failures = counter("summary_failures")
         self.prompt, self.threshold, self.window = gauge("prompt_tokens"), gauge("threshold_tokens"), \
             gauge("window_tokens")
         self.ratio = gauge("usage_ratio")
@@ -567,6 +620,7 @@ class _Exposition:
             self.fail_open.labels(e, "select_context", "exception").inc()
             self.selections.labels(e, "fail_open").inc()
             self.timeouts.labels(e, "deadline_exceeded").inc()
+            self.summary_failures.labels(e, "fallback_summary", "other").inc()
         p = 20_000 + (self.ticks % 10) * 8_000
         self.prompt.labels(e).set(p)
         self.threshold.labels(e).set(100_000)
@@ -647,7 +701,7 @@ def prometheus(tmp_path_factory, metrics_endpoint, request) -> str:
     """A real Prometheus scraping the feed every SCRAPE_INTERVAL, with deploy/'s alert rules.
 
     The engine feed: once Prometheus holds the warm-up values, the main pass runs; the fixture
-    returns when Prometheus holds the final values and the fail-open alert fires."""
+    returns when Prometheus holds the final values and the fail-open and summary-failure alerts fire."""
     binary = require_binary(PROMETHEUS_BIN)        # skips, or fails under OBSERVED_REQUIRE_TOOLS (CI)
     tmp_path = tmp_path_factory.mktemp("prometheus")
     port = free_port()
@@ -686,7 +740,8 @@ def prometheus(tmp_path_factory, metrics_endpoint, request) -> str:
         time.sleep(3.0)              # flat samples first: increase() then extrapolates less
         exporter.drive()             # the main pass, scraped as it runs
         _wait("the final values", lambda: prometheus_ready_for(exporter, query), 60, log_path, proc)
-        _wait("the fail-open alert", lambda: "HermesContextEngineFailOpen" in _firing(url), 60, log_path, proc)
+        _wait("the fail-open and summary-failure alerts", lambda: {
+            "HermesContextEngineFailOpen", "HermesContextSummaryFailing"} <= _firing(url), 60, log_path, proc)
     else:
         _wait("moving series and a firing alert", lambda: query(
             "increase(hermes_context_compressions_total[1m]) > 0") and query(
@@ -739,6 +794,7 @@ def _check_engine_views(at, exporter: EngineExporter, since: float) -> None:
     spread = exporter.factor(SCRAPE_INTERVAL, since)
     compressions, selections = "hermes_context_compressions_total", "hermes_context_selections_total"
     timeouts, fail_open = "hermes_context_compression_timeouts_total", "hermes_context_engine_fail_open_total"
+    summary_failures = "hermes_context_compression_summary_failures_total"
     hook_calls = "hermes_context_engine_hook_calls_total"
     engines = sorted(exporter.label_values(hook_calls, "engine"))
     assert engines == ["compressor", "topic-router"]
@@ -751,6 +807,12 @@ def _check_engine_views(at, exporter: EngineExporter, since: float) -> None:
     within(m["Fail-opens"], fail_open)
     within(m["Compression timeouts"], timeouts, kind="deadline_exceeded")
     assert exporter.delta(timeouts, kind="deadline_exceeded") >= 1 and exporter.delta(fail_open) >= 1
+    # the summary model failed in the main pass too: a fallback summary (other) and an abort (auth)
+    failed = {(e, k, c): exporter.delta(summary_failures, engine=e, kind=k, cause=c) for e in engines
+              for k in ("fallback_summary", "aborted") for c in ("auth", "network", "other")}
+    failed = {key: n for key, n in failed.items() if n}
+    assert failed == {("compressor", "fallback_summary", "other"): 1, ("compressor", "aborted", "auth"): 1}
+    within(m["Summary failures"], summary_failures)
     ratio = max(v for (n, _), v in exporter.final.items() if n == "hermes_context_usage_ratio")
     assert m["Highest context usage"] == fmt_pct(ratio, 0)
     assert "HermesContextCompressionTimeout" in banner(at)
@@ -769,6 +831,15 @@ def _check_engine_views(at, exporter: EngineExporter, since: float) -> None:
         assert table.loc[e, "after / before"] == pytest.approx(after / before, rel=0.02), e
     # the slow summary: past the 0.5 s deadline, its call is in the compressor's top bucket
     assert table.loc["compressor", "p99 s"] > 0.5
+    for e in engines:
+        within(table.loc[e, "summary_fallback"], summary_failures, engine=e, kind="fallback_summary")
+        within(table.loc[e, "summary_aborted"], summary_failures, engine=e, kind="aborted")
+    detail = frame_with(at, "cause")
+    got_failed = {(r["engine"], r["kind"], r["cause"]): r["count"] for r in detail.to_dict("records")}
+    assert set(got_failed) == set(failed)
+    for (e, k, c), n in got_failed.items():
+        within(n, summary_failures, engine=e, kind=k, cause=c)
+    assert "returned although the summary model failed (from increase(), approximate)" in texts(at)
 
     show(at, "select_context")
     sel = frame_with(at, "churn").set_index("engine")
@@ -794,12 +865,23 @@ def _check_engine_views(at, exporter: EngineExporter, since: float) -> None:
     counts = frame_with(at, "count")
     got = {(r["engine"], r["event"]): r for r in counts.to_dict("records")}
     assert set(got) == {("topic-router", "fail_open"), ("compressor", "deadline_exceeded"),
-                        ("compressor", "late_completion")}
+                        ("compressor", "late_completion"), ("compressor", "summary_fallback"),
+                        ("compressor", "summary_aborted")}
     fo = got[("topic-router", "fail_open")]
     assert (fo["hook"], fo["reason"]) == ("select_context", "invalid_return")
     within(fo["count"], fail_open, engine="topic-router", hook="select_context", reason="invalid_return")
     for kind in ("deadline_exceeded", "late_completion"):
         within(got[("compressor", kind)]["count"], timeouts, engine="compressor", kind=kind)
+    for event, kind, cause in (("summary_fallback", "fallback_summary", "other"),
+                               ("summary_aborted", "aborted", "auth")):
+        row = got[("compressor", event)]
+        assert (row["hook"], row["reason"]) == ("compress", cause)
+        within(row["count"], summary_failures, engine="compressor", kind=kind, cause=cause)
+    assert metrics(at)["summary_fallback"] != "0" and metrics(at)["summary_aborted"] != "0"
+    # Prometheus' own rule, shown as it fires: per engine, kind and cause; auth is critical
+    failing = alerts[alerts["alert"] == "HermesContextSummaryFailing"]
+    assert sorted(zip(failing["engine"], failing["severity"])) == [("compressor", "critical"),
+                                                                    ("compressor", "warning")]
 
     show(at, "Hook latency")
     lat = frame_with(at, "p95 ms").set_index(["engine", "hook"])
@@ -823,6 +905,8 @@ def _check_prometheus_client_views(at) -> None:
     show(at, "Compressions")
     row = frame_with(at, "p95 s").set_index("engine").loc["compressor"]
     assert row["compressed"] > 0 and row["noop"] > 0
+    assert row["summary_fallback"] > 0 and row["summary_aborted"] == 0
+    assert set(frame_with(at, "cause")["kind"]) == {"fallback_summary"}
     assert 5.0 <= row["p50 s"] <= 10.0                    # every observation was 8 s: bucket (5, 10]
     assert row["after / before"] == pytest.approx(0.25, rel=0.05)
 
@@ -837,7 +921,7 @@ def _check_prometheus_client_views(at) -> None:
     assert fired["state"] == "firing" and fired["severity"] == "warning" and "select_context" in fired["detail"]
     assert "needs the SQLite store" in texts(at)
     counts = frame_with(at, "count")
-    assert {"fail_open", "deadline_exceeded"} <= set(counts["event"])
+    assert {"fail_open", "deadline_exceeded", "summary_fallback"} <= set(counts["event"])
 
     show(at, "Hook latency")
     lat = frame_with(at, "p95 ms").set_index(["engine", "hook"])

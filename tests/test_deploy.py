@@ -376,8 +376,18 @@ def test_grafana_board_structure(board):
     titles = " | ".join(p["title"] for p in panels).lower()
     for needle in ("usage vs threshold", "usage ratio", "rate by outcome", "compression latency",
                    "tokens before / after", "outcome mix", "churn", "cache tokens lost", "timeouts by kind",
-                   "fail-opens by hook", "in flight", "hook latency", "calls/s", "telemetry errors"):
+                   "fail-opens by hook", "in flight", "hook latency", "calls/s", "telemetry errors",
+                   "summary failures by kind / cause", "summary failures (1h)"):
         assert needle in titles, f"no panel for {needle!r}"
+    # summary failures: by engine, kind and cause (the catalogue's labels), in the Compression row
+    summary = BY_PROM_NAME["hermes_context_compression_summary_failures_total"]
+    (panel,) = [p for p in panels if p["title"].lower() == "summary failures by kind / cause"]
+    (expr,) = [t["expr"] for t in panel["targets"]]
+    assert summary.prom_name in expr and re.search(r"by \(engine, kind, cause\)", expr), expr
+    assert set(summary.labels) == {"engine", "kind", "cause"}
+    rows = [p for p in board["panels"] if p["type"] == "row"]
+    row_of = max((r for r in rows if r["gridPos"]["y"] <= panel["gridPos"]["y"]), key=lambda r: r["gridPos"]["y"])
+    assert row_of["title"] == "Compression"
     for p in panels:
         if p["datasource"]["type"] == "prometheus":
             assert p["datasource"]["uid"] == "${datasource}", p["title"]

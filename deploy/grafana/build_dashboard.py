@@ -168,15 +168,21 @@ def build() -> dict:
 
     b.row("Overview")
     b.add(stat("Processes reporting", "Hermes processes (job/instance) with an observed context engine.",
-               agg("count", [], agg("count", ["job", "instance"], series(metric("hook_calls"), SEL)))), w=6, h=4)
+               agg("count", [], agg("count", ["job", "instance"], series(metric("hook_calls"), SEL)))), w=4, h=4)
     b.add(stat("Compressions (1h)", "compress() calls in the last hour, all outcomes.",
-               increase_sum(metric("compressions"), [], SEL, "1h")), w=6, h=4)
+               increase_sum(metric("compressions"), [], SEL, "1h")), w=5, h=4)
     b.add(stat("Timeouts (1h)", "Compressions past their deadline in the last hour (alert: HermesContextCompressionTimeout).",
                increase_sum(metric("compression_timeouts"), [], SEL, "1h"),
-               thresholds=red_above(1)), w=6, h=4)
+               thresholds=red_above(1)), w=5, h=4)
     b.add(stat("Fail-opens (1h)", "Hook failures the host fell open on in the last hour (alert: HermesContextEngineFailOpen).",
                increase_sum(metric("fail_open"), [], SEL, "1h"),
-               thresholds=red_above(1)), w=6, h=4)
+               thresholds=red_above(1)), w=5, h=4)
+    b.add(stat("Summary failures (1h)",
+               "compress() calls in the last hour that returned although the summary model failed: a fallback "
+               "summary (middle turns dropped without a real summary) or an abort (context still full). "
+               "Kind and cause in the Compression row (alert: HermesContextSummaryFailing).",
+               increase_sum(metric("summary_failures"), [], SEL, "1h"),
+               thresholds=red_above(1)), w=5, h=4)
 
     b.row("Context window")
     b.add(timeseries(
@@ -241,13 +247,23 @@ def build() -> dict:
         "deadline_exceeded: still running past the deadline; late_completion: finished late; "
         "host_reported: the host gave up. Events per interval.",
         [(increase_sum(metric("compression_timeouts"), ["engine", "kind"], SEL, RI), "{{engine}} {{kind}}")],
-        unit="short", bars=True, stack=True))
+        unit="short", bars=True, stack=True), w=8)
+    b.add(timeseries(
+        "Summary failures by kind / cause",
+        "compress() calls that returned although the summary model failed, as the engine reports it (the built-in "
+        "compressor does not raise then: the outcome panels do not show it). kind fallback_summary: the "
+        "middle turns were dropped without a real summary; aborted: the messages were kept, the context stays "
+        "full. cause auth (401/402/403, quota, missing key: does not heal), network, other. Calls per interval "
+        "(alert: HermesContextSummaryFailing).",
+        [(increase_sum(metric("summary_failures"), ["engine", "kind", "cause"], SEL, RI),
+          "{{engine}} {{kind}} {{cause}}")],
+        unit="short", bars=True, stack=True), w=8)
     b.add(timeseries(
         "Fail-opens by hook / reason",
         "Hook calls the host fell open on. exception: the inner engine raised; invalid_return: wrong return type. "
         "Events per interval.",
         [(increase_sum(metric("fail_open"), ["engine", "hook", "reason"], SEL, RI), "{{engine}} {{hook}} {{reason}}")],
-        unit="short", bars=True, stack=True))
+        unit="short", bars=True, stack=True), w=8)
 
     b.row("select_context")
     b.add(timeseries(

@@ -7,9 +7,12 @@ process):
 * :func:`feed_real_session` -- the store feed. ``observed_engine.demo.build_engines``
   (Hermes' real ``ContextCompressor`` with the offline summariser, and the demo's
   ``topic-router`` engine with ``select_context``) observed into a SQLite store, driven
-  by :func:`drive`: a deterministic scripted traffic of :data:`SCRIPT` sessions. One
-  summary in three is slower than the compress deadline (``deadline_exceeded`` +
-  ``late_completion``); the router answers garbage now and then (``fail_open``).
+  by :func:`drive`: a deterministic scripted traffic of :data:`SCRIPT` sessions. Per
+  :data:`SUMMARY_PLAN`, one summary is slower than the compress deadline
+  (``deadline_exceeded`` + ``late_completion``) and the summary model fails in two sessions
+  (``call_llm`` raises a server error, then a 401): the built-in compressor returns anyway,
+  with a fallback summary and with an abort (``summary_failure`` rows); the router answers
+  garbage now and then (``fail_open``).
   Then ``observed_engine.flush()`` and ``shutdown()``. Returns :class:`StoreFacts`,
   read back from the store with plain ``sqlite3`` (never through the dashboard).
 * :class:`EngineExporter` -- the Prometheus feed: the same engines with the engine's
@@ -47,19 +50,49 @@ ROOT = Path(__file__).resolve().parents[2]
 
 # -- the scripted traffic (shared by both feeds) -------------------------------------------
 
-SCRIPT: Tuple[str, ...] = ("compressor", "topic-router", "compressor", "topic-router")
-TURNS = 24                  # per session: two compressions of each compressor session
+SCRIPT: Tuple[str, ...] = ("compressor", "topic-router", "compressor", "topic-router", "compressor")
+TURNS = 24                  # per session: one compression of each compressor session
 SEED = 6
 CONTEXT_LENGTH = 64_000
 DEADLINE_S = 0.5            # compress_timeout_seconds
-SLOW_EVERY = 2              # every second summary ...
-SLOW_SECONDS = 1.0          # ... takes twice the deadline
+SLOW_SECONDS = 1.0          # a slow summary takes twice the deadline
 TAG_RATE = 0.75             # untagged turns: the router leaves the request unchanged
 
+
+class ProviderError(Exception):
+    """What a provider SDK raises: a message and an HTTP status (the built-in reads ``status_code``)."""
+
+    def __init__(self, message: str, status_code: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+# What the summary model does in each session of SCRIPT (by index; others answer at once):
+# "slow" answers after SLOW_SECONDS (past the compress deadline); an exception is raised by
+# call_llm, and the built-in ContextCompressor does what it does then, without raising:
+# a server error -> a deterministic fallback summary (kind fallback_summary, cause other);
+# a 401 -> it aborts and keeps the messages (kind aborted, cause auth).
+SUMMARY_PLAN: Dict[int, Any] = {
+    0: RuntimeError("upstream exploded (500)"),
+    2: "slow",
+    4: ProviderError("Error code: 401 - invalid api key", status_code=401),
+}
+
 TIMEOUT_EVENTS = ("deadline_exceeded", "host_reported", "late_completion")
-INCIDENT_EVENTS = TIMEOUT_EVENTS + ("fail_open",)
+INCIDENT_EVENTS = TIMEOUT_EVENTS + ("fail_open", "summary_failure")
 COMPRESS_OUTCOMES = ("compressed", "noop", "error", "timeout")
 SELECTION_RESULTS = ("unchanged", "same_selection", "changed_selection", "fail_open")
+SUMMARY_KINDS = ("fallback_summary", "aborted")
+SUMMARY_CAUSES = ("auth", "network", "other")
+# the dashboard's incident event for a summary_failure row of each kind
+SUMMARY_EVENTS = {"fallback_summary": "summary_fallback", "aborted": "summary_aborted"}
+
+
+def incident_event(row: Dict[str, Any]) -> str:
+    """The event name the dashboard shows for an incident row of the store."""
+    if row["event"] == "summary_failure":
+        return SUMMARY_EVENTS[row["outcome"]]
+    return row["event"]
 
 
 def _vocabulary() -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
@@ -71,16 +104,20 @@ def _vocabulary() -> Tuple[Tuple[str, ...], Tuple[str, ...]]:
     return demo.TOPICS, words
 
 
-def drive(engines: Dict[str, Any], prefix: str, keep: Optional[list] = None) -> List[str]:
+def drive(engines: Dict[str, Any], prefix: str, keep: Optional[list] = None,
+          summariser: Any = None) -> List[str]:
     """Run :data:`SCRIPT` through ``engines`` the way the host does; returns the session ids.
 
     Per session: a copy of the engine (the host deep-copies plugin engines per agent),
     update_model, on_session_start, then per turn select_context (engines that have it),
     update_from_response, should_compress -> compress (and the host's
-    ``last_prompt_tokens = -1``), and on_session_end."""
+    ``last_prompt_tokens = -1``), and on_session_end. ``summariser`` gets the session's
+    entry of :data:`SUMMARY_PLAN` first."""
     topics, words = _vocabulary()
     ids = []
     for i, name in enumerate(SCRIPT):
+        if summariser is not None:
+            summariser.plan = SUMMARY_PLAN.get(i)
         rng = random.Random(SEED * 1000 + i)
         engine = copy.deepcopy(engines[name])
         if keep is not None:
@@ -115,10 +152,36 @@ def drive(engines: Dict[str, Any], prefix: str, keep: Optional[list] = None) -> 
     return ids
 
 
+def _scripted_summariser():
+    from observed_engine import demo
+
+    # The built-in classifies a summary error with the provider SDK (openai), imported lazily on the
+    # first failure (~1.5 s, past the compress deadline); a real host has loaded it long before.
+    import openai  # noqa: F401
+
+    class _Scripted(demo.OfflineSummariser):
+        """The demo's offline summariser, told per session (``plan``) to be slow or to fail."""
+
+        plan: Any = None
+        failures = 0
+
+        def __call__(self, *args, **kwargs):
+            plan = self.plan
+            if isinstance(plan, BaseException):
+                with self._lock:
+                    self.failures += 1
+                raise copy.copy(plan)
+            if plan == "slow":
+                time.sleep(SLOW_SECONDS)
+            return super().__call__(*args, **kwargs)
+
+    return _Scripted(slow_every=0, slow_seconds=0.0)
+
+
 def _build(settings: Dict[str, Any]):
     from observed_engine import demo
 
-    summariser = demo.OfflineSummariser(slow_every=SLOW_EVERY, slow_seconds=SLOW_SECONDS)
+    summariser = _scripted_summariser()
     return demo.build_engines(settings, summariser, context_length=CONTEXT_LENGTH), summariser
 
 
@@ -128,10 +191,11 @@ def _child_store(path: str) -> int:
     import observed_engine
 
     engines, summariser = _build({"store": {"path": path}, "compress_timeout_seconds": DEADLINE_S})
-    ids = drive(engines, "real")
+    ids = drive(engines, "real", summariser=summariser)
     ok = observed_engine.flush(30.0)
     observed_engine.shutdown(10.0)
-    print(json.dumps({"sessions": ids, "summaries": summariser.calls, "flushed": ok}), flush=True)
+    print(json.dumps({"sessions": ids, "summaries": summariser.calls, "failed_summaries": summariser.failures,
+                      "flushed": ok}), flush=True)
     return 0 if ok else 1
 
 
@@ -144,13 +208,13 @@ def _child_exporter(port: int) -> int:
     })
     keep: list = []
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
-    drive(engines, "warm", keep)
+    drive(engines, "warm", keep, summariser)
     observed_engine.flush(30.0)
     print("READY", flush=True)
     for line in sys.stdin:
         cmd = line.strip()
         if cmd == "go":
-            drive(engines, "main", keep)
+            drive(engines, "main", keep, summariser)
             observed_engine.flush(30.0)
             print("DONE", flush=True)
         elif cmd == "quit":
@@ -221,13 +285,16 @@ class StoreFacts:
     compressed_tokens: Dict[str, List[Tuple[int, int]]]  # engine -> (before, after) of compressed calls
     selections: Dict[str, Dict[str, int]]                # engine -> result -> count
     cache_lost: Dict[str, int]
-    incidents: List[Dict[str, Any]]                      # timeout / fail-open rows, newest first
+    incidents: List[Dict[str, Any]]                      # timeout / fail-open / summary-failure rows, newest
+    #                                                      first; event as the dashboard names it (incident_event)
     hook_calls: Dict[Tuple[str, str], int]
     hook_errors: Dict[Tuple[str, str], int]
     hook_durations: Dict[Tuple[str, str], List[float]]
     usage: Dict[str, List[Tuple[float, int, int, int]]]  # session -> (ts, prompt, threshold, window), in order
     marks: Dict[str, List[Dict[str, Any]]]               # session -> compress rows as the sawtooth marks them
     compress_errors: List[float] = field(default_factory=list)   # ts of compress() calls that raised
+    # engine -> (kind, cause) -> summary_failure rows (compress() returned although its summary model failed)
+    summary_failures: Dict[str, Dict[Tuple[str, str], int]] = field(default_factory=dict)
     first_ts: float = 0.0
     last_ts: float = 0.0
 
@@ -243,6 +310,11 @@ class StoreFacts:
     @property
     def fail_opens(self) -> int:
         return self.count("fail_open")
+
+    def summary_total(self, kind: Optional[str] = None, cause: Optional[str] = None,
+                      engine: Optional[str] = None) -> int:
+        return sum(n for e, by in self.summary_failures.items() if engine is None or e == engine
+                   for (k, c), n in by.items() if (kind is None or k == kind) and (cause is None or c == cause))
 
     def compressions(self, engine: Optional[str] = None) -> int:
         return sum(sum(c.values()) for e, c in self.compress.items() if engine is None or e == engine)
@@ -274,11 +346,15 @@ class StoreFacts:
     def compressed_in(self, session: str) -> int:
         return sum(1 for m in self.marks.get(session, []) if m["outcome"] == "compressed")
 
-    def alerts(self, now: float, window_s: float = 15 * 60, near: float = 0.9) -> set:
-        """The alert names the store source derives (deploy/'s rules over the last 15 minutes)."""
+    def alerts(self, now: float, window_s: float = 15 * 60, near: float = 0.9,
+               summary_window_s: float = 30 * 60) -> set:
+        """The alert names the store source derives (deploy/'s rules over the last 15 minutes; summary
+        failures over the last 30, as HermesContextSummaryFailing)."""
         lo = now - window_s
         out = set()
         recent = [r for r in self.incidents if r["ts"] >= lo]
+        if any(r["event"] in SUMMARY_EVENTS.values() and r["ts"] >= now - summary_window_s for r in self.incidents):
+            out.add("HermesContextSummaryFailing")
         if any(r["event"] in ("deadline_exceeded", "host_reported") for r in recent):
             out.add("HermesContextCompressionTimeout")
         if any(r["event"] == "fail_open" for r in recent):
@@ -307,6 +383,11 @@ class StoreFacts:
         for event in ("deadline_exceeded", "late_completion", "fail_open"):
             if not self.count(event):
                 problems.append(f"no {event} row")
+        for plan in SUMMARY_PLAN.values():
+            if isinstance(plan, BaseException):
+                kind, cause = ("aborted", "auth") if isinstance(plan, ProviderError) else ("fallback_summary", "other")
+                if not self.summary_failures.get("compressor", {}).get((kind, cause)):
+                    problems.append(f"no summary_failure row {kind}/{cause} of the built-in compressor")
         for result in SELECTION_RESULTS:
             if not self.selections.get("topic-router", {}).get(result):
                 problems.append(f"no select_context result {result}")
@@ -337,6 +418,7 @@ def store_facts(path: Path) -> StoreFacts:
     hook_d: Dict[Tuple[str, str], List[float]] = {}
     usage: Dict[str, list] = {}
     marks: Dict[str, list] = {}
+    summary: Dict[str, Dict[Tuple[str, str], int]] = {}
     for r in rows:
         e, h, ev, out = r["engine"], r["hook"], r["event"], r["outcome"]
         if ev == "call":
@@ -356,8 +438,11 @@ def store_facts(path: Path) -> StoreFacts:
                     tokens.setdefault(e, []).append((r["tokens_before"], r["tokens_after"]))
             elif ev == "deadline_exceeded":
                 c["timeout"] += 1
+            if ev == "summary_failure":
+                by = summary.setdefault(e, {})
+                by[(out, r["reason"])] = by.get((out, r["reason"]), 0) + 1
             if r["session"] is not None:
-                mark = out if ev == "call" else ("timeout" if ev == "deadline_exceeded" else ev)
+                mark = out if ev == "call" else ("timeout" if ev == "deadline_exceeded" else incident_event(r))
                 marks.setdefault(r["session"], []).append(
                     {"ts": r["ts"], "outcome": mark, "tokens_before": r["tokens_before"],
                      "tokens_after": r["tokens_after"], "duration_s": r["duration_s"]})
@@ -369,7 +454,8 @@ def store_facts(path: Path) -> StoreFacts:
             usage.setdefault(r["session"], []).append(
                 (r["ts"], r["prompt_tokens"], r["threshold_tokens"], r["window_tokens"]))
     incidents = [
-        {k: r[k] for k in ("ts", "session", "engine", "hook", "event", "reason", "duration_s", "content")}
+        {**{k: r[k] for k in ("ts", "session", "engine", "hook", "reason", "duration_s", "content")},
+         "event": incident_event(r)}
         for r in sorted((r for r in rows if r["event"] in INCIDENT_EVENTS), key=lambda r: (r["ts"], r["id"]),
                         reverse=True)
     ]
@@ -380,7 +466,7 @@ def store_facts(path: Path) -> StoreFacts:
         session_engine={s: last[s]["engine"] for s in sessions}, compress=compress,
         compress_durations=durations, compressed_tokens=tokens, selections=selections, cache_lost=lost,
         incidents=incidents, hook_calls=calls, hook_errors=errors, hook_durations=hook_d, usage=usage,
-        marks=marks, compress_errors=compress_errors, first_ts=rows[0]["ts"] if rows else 0.0,
+        marks=marks, compress_errors=compress_errors, summary_failures=summary, first_ts=rows[0]["ts"] if rows else 0.0,
         last_ts=rows[-1]["ts"] if rows else 0.0,
     )
 
@@ -554,7 +640,8 @@ class EngineExporter:
 def prometheus_ready_for(exporter: EngineExporter, query) -> bool:
     """True when Prometheus holds the exporter's final values (``query(promql)`` -> result list)."""
     for name in ("hermes_context_engine_hook_calls_total", "hermes_context_compressions_total",
-                 "hermes_context_selections_total", "hermes_context_engine_fail_open_total"):
+                 "hermes_context_selections_total", "hermes_context_engine_fail_open_total",
+                 "hermes_context_compression_summary_failures_total"):
         got = query(f"sum({name})")
         want = exporter.sum_of(exporter.final or exporter.baseline, name)
         if not got or abs(float(got[0]["value"][1]) - want) > 1e-6:
