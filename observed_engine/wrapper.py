@@ -390,8 +390,8 @@ _NO_KEYWORDS = types.MappingProxyType({})
 
 
 def _make_exact_leaf_hook(spec, idx, original, telemetry, cls, state_in_instance):
-    if not isinstance(original, types.FunctionType):
-        return None
+    if not isinstance(original, types.FunctionType) or "__signature__" in vars(original):
+        return None   # a declared __signature__ may not be what Python binds: keep the generic form
     try:
         sig = inspect.signature(original, follow_wrapped=False)
     except (TypeError, ValueError):

@@ -91,12 +91,28 @@ class DecoratedEngine(ShapesEngine):
         return False
 
 
+class DeclaredSignatureEngine(ShapesEngine):
+    """A method whose declared __signature__ names a parameter Python would not bind."""
+
+    name = "declared"
+
+    def update_from_response(self, x):
+        self.seen.append(("update_from_response", x))
+
+    import inspect as _inspect
+    update_from_response.__signature__ = _inspect.Signature(
+        [_inspect.Parameter("self", _inspect.Parameter.POSITIONAL_OR_KEYWORD),
+         _inspect.Parameter("usage", _inspect.Parameter.POSITIONAL_OR_KEYWORD)])
+    del _inspect
+
+
 CALLS = [
     ("update_from_response", ({"prompt_tokens": 7},), {}),
     ("update_from_response", ({"prompt_tokens": 8},), {"source": "x"}),
     ("update_from_response", (), {"usage": {}}),                       # positional-only by name: TypeError
     ("update_from_response", ({}, "extra"), {}),                      # too many: TypeError
     ("update_from_response", (), {}),                                  # missing: TypeError
+    ("update_from_response", (), {"x": {}}),                           # the real name (declared: accepted)
     ("should_compress", (), {}),                                       # both defaults, same objects
     ("should_compress", (5,), {}),
     ("should_compress", (), {"prompt_tokens": 6, "extra": []}),
@@ -121,7 +137,7 @@ def run(engine, hook, args, kwargs):
         return ("TypeError", str(exc))
 
 
-@pytest.mark.parametrize("factory", [ShapesEngine, DecoratedEngine])
+@pytest.mark.parametrize("factory", [ShapesEngine, DecoratedEngine, DeclaredSignatureEngine])
 def test_leaf_hooks_behave_like_the_bare_engine(factory, observe_engine):
     bare, observed = factory(), observe_engine(factory())
     for hook, args, kwargs in CALLS:
@@ -140,6 +156,7 @@ def test_which_form_each_leaf_hook_takes(observe_engine):
     assert not is_exact(engine, "get_status")                 # *args, **kwargs
     assert not is_exact(engine, "has_content_to_compress")    # reserved name
     assert not is_exact(engine, "is_available")               # staticmethod
+    assert not is_exact(observe_engine(DeclaredSignatureEngine()), "update_from_response")
     decorated = observe_engine(DecoratedEngine())
     assert not is_exact(decorated, "should_compress")         # the wrapper's real signature is variadic
     builtin = observe_engine(ContextCompressor("gpt-4o", config_context_length=200_000, quiet_mode=True))
