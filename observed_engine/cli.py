@@ -38,8 +38,7 @@ DEFAULT_SECTION_COMMENT = (
 # The Hermes directory plugin's files ship inside this package, in
 # observed_engine/hermes_plugin_dir/ (the one copy to edit; pyproject.toml's
 # package-data carries plugin.yaml into the wheel). The repository's
-# plugins/context_engine/observed/ is a byte-identical copy of it, kept so by
-# tests/test_cli_install.py.
+# plugins/context_engine/observed/ holds relative symlinks to it.
 PLUGIN_FILES_DIR = "hermes_plugin_dir"
 PLUGIN_FILE_NAMES = ("__init__.py", "plugin.yaml")
 

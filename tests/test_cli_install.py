@@ -117,14 +117,13 @@ def backups(home: Path):
 
 
 def test_repository_plugin_dir_is_the_packaged_copy():
-    """observed_engine/hermes_plugin_dir/ is the one copy to edit (it ships in the
-    wheel); plugins/context_engine/observed/ must stay byte-identical to it."""
+    """observed_engine/hermes_plugin_dir/ is the one copy (it ships in the wheel);
+    plugins/context_engine/observed/ holds relative symlinks to it."""
     for name in cli.PLUGIN_FILE_NAMES:
-        packaged = (PACKAGED_PLUGIN / name).read_bytes()
-        assert (PLUGIN_SRC / name).read_bytes() == packaged, (
-            f"plugins/context_engine/observed/{name} differs from observed_engine/"
-            f"{cli.PLUGIN_FILES_DIR}/{name}; edit the packaged copy, then "
-            f"`cp observed_engine/{cli.PLUGIN_FILES_DIR}/{name} plugins/context_engine/observed/`")
+        link = PLUGIN_SRC / name
+        assert link.is_symlink(), f"plugins/context_engine/observed/{name} should be a symlink"
+        assert link.resolve() == (PACKAGED_PLUGIN / name).resolve()
+        assert not Path(os.readlink(link)).is_absolute()     # works in any checkout location
     assert sorted(p.name for p in PLUGIN_SRC.iterdir() if p.name != "__pycache__") \
         == sorted(cli.PLUGIN_FILE_NAMES)
     assert cli.plugin_source_files() == {
