@@ -297,14 +297,14 @@ def _make_plain_hook(spec, idx, original, telemetry):
     else:
         after = None
 
-    def record(self, t0, t1, exc, args, kwargs, result, ctx):
-        if len(queue) < cap:
-            append((idx, self, t0, t1, exc, args, kwargs, result, ctx,
-                    None if after is None or exc is not None else after(self, result)))
-        else:
-            dropped()
+    if spec.leaf:   # variadic or otherwise not generated exactly: checks the guard, never sets it
+        def record(self, t0, t1, exc, args, kwargs, result, ctx):
+            if len(queue) < cap:
+                append((idx, self, t0, t1, exc, args, kwargs, result, ctx,
+                        None if after is None or exc is not None else after(self, result)))
+            else:
+                dropped()
 
-    if spec.leaf:
         def hook(self, *args, **kwargs):
             if running and _inside.engine is self:   # the engine calling its own hook: untraced
                 return original(self, *args, **kwargs)
@@ -319,29 +319,13 @@ def _make_plain_hook(spec, idx, original, telemetry):
             return result
         return hook
 
-    def hook(self, *args, **kwargs):
-        outer = _inside.engine
-        if outer is self:   # the engine calling its own hook: not a host call, not traced
-            return original(self, *args, **kwargs)
-        ctx = get_context() if wants_context else None
-        _inside.engine = self
-        running.append(None)
-        t0 = perf_counter_ns()
-        try:
-            result = original(self, *args, **kwargs)
-        except BaseException as exc:
-            t1 = perf_counter_ns()
-            _inside.engine = outer
-            running.pop()
-            record(self, t0, t1, exc, args, kwargs, None, ctx)
-            raise
-        t1 = perf_counter_ns()
-        _inside.engine = outer
-        running.pop()
-        record(self, t0, t1, None, args, kwargs, result, ctx)
-        return result
+    def start(self, args, kwargs):   # the span's parent, captured now; no live span, no token
+        return (get_context() if wants_context else None), None, None
 
-    return hook
+    def finish(self, started, result, exc):
+        return None if after is None or exc is not None else after(self, result)
+
+    return _make_guarded_hook(idx, original, telemetry, start, finish)
 
 
 # The leaf hooks run on every provider request. Forwarding ``*args, **kwargs`` costs
@@ -487,7 +471,7 @@ def _make_compress_hook(idx, original, telemetry, meta):
         return (before, _snapshot_messages(result), late, engine_state.read_raw(self),
                 engine_state.read_summary_raw(self))
 
-    return _make_live_span_hook(idx, original, telemetry, start, finish)
+    return _make_guarded_hook(idx, original, telemetry, start, finish)
 
 
 def _make_tool_hook(idx, original, telemetry, meta):
@@ -500,15 +484,17 @@ def _make_tool_hook(idx, original, telemetry, meta):
     def finish(self, started, result, exc):
         return None
 
-    return _make_live_span_hook(idx, original, telemetry, start, finish)
+    return _make_guarded_hook(idx, original, telemetry, start, finish)
 
 
-def _make_live_span_hook(idx, original, telemetry, start, finish):
-    """compress() and tool calls: a live span (the engine's own spans nest under it) and a guard.
+def _make_guarded_hook(idx, original, telemetry, start, finish):
+    """Every hook but the leaf ones: sets the self-call guard while the inner's method runs.
 
-    ``start(self, args, kwargs) -> (span, context token, started)`` runs before the inner's
-    method; ``finish(self, started, result, exc) -> extra`` right after it, before the
-    span's context is detached. The span is finished by the worker.
+    ``start(self, args, kwargs) -> (span or parent context, context token or None, started)``
+    runs before the inner's method: compress() and tool calls open a live span there (the
+    engine's own spans nest under it), the others only capture the parent context.
+    ``finish(self, started, result, exc) -> extra`` runs right after it, before a live
+    span's context is detached. Spans are finished by the worker.
     """
     recorder = telemetry.recorder
     running = _guarded_running
