@@ -102,21 +102,16 @@ def finished_spans(span_exporter):
 
 
 def _collect_points(reader, name):
-    data = reader.get_metrics_data()
+    """{frozenset of attributes: value (counters, gauges) or count (histograms)}."""
+    from support.otel import metric_points
+
     points = {}
-    if data is None:
-        return points
-    for rm in data.resource_metrics:
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                if metric.name != name:
-                    continue
-                for dp in metric.data.data_points:
-                    key = frozenset(dict(dp.attributes or {}).items())
-                    value = getattr(dp, "value", None)
-                    if value is None:
-                        value = getattr(dp, "count", None)
-                    points[key] = points.get(key, 0) + value
+    for attrs, dp in metric_points(reader, name):
+        key = frozenset(attrs.items())
+        value = getattr(dp, "value", None)
+        if value is None:
+            value = getattr(dp, "count", None)
+        points[key] = points.get(key, 0) + value
     return points
 
 

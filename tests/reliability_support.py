@@ -26,6 +26,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from support.otel import metric_points, metrics
 
 CANARY = "CANARY-rel-5d1e0b-do-not-leak"
 
@@ -537,16 +538,7 @@ class Pipeline:
     def points(self, name: str, flush: bool = True) -> List[Tuple[dict, Any]]:
         if flush:
             self.flush()
-        data = self.reader.get_metrics_data()
-        out: List[Tuple[dict, Any]] = []
-        if data is None:
-            return out
-        for rm in data.resource_metrics:
-            for sm in rm.scope_metrics:
-                for metric in sm.metrics:
-                    if metric.name == name:
-                        out.extend((dict(dp.attributes or {}), dp) for dp in metric.data.data_points)
-        return out
+        return metric_points(self.reader, name)
 
     def total(self, name: str, flush: bool = True, **attrs) -> float:
         t = 0
@@ -559,18 +551,13 @@ class Pipeline:
     def metric_names_and_labels(self) -> List[str]:
         """Every metric name, label key and label value (for leak checks)."""
         self.flush()
-        data = self.reader.get_metrics_data()
         out: List[str] = []
-        if data is None:
-            return out
-        for rm in data.resource_metrics:
-            for sm in rm.scope_metrics:
-                for metric in sm.metrics:
-                    out.append(metric.name)
-                    out.append(metric.description or "")
-                    for dp in metric.data.data_points:
-                        for k, v in dict(dp.attributes or {}).items():
-                            out.extend((str(k), str(v)))
+        for metric in metrics(self.reader):
+            out.append(metric.name)
+            out.append(metric.description or "")
+            for dp in metric.data.data_points:
+                for k, v in dict(dp.attributes or {}).items():
+                    out.extend((str(k), str(v)))
         return out
 
     def shutdown(self) -> None:

@@ -27,6 +27,7 @@ import pytest
 
 import observed_engine
 from observed_engine import hermes_plugin, is_observed
+from support.otel import metric_points
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_llm_server import FakeLLMServer  # noqa: E402
@@ -239,11 +240,6 @@ def test_agent_run_entry_point_route(hermes_env, llm, monkeypatch):
     assert "compressed" in outcomes
     assert {s.attributes.get("hermes.context_engine.name") for s in compress_spans} == {"compressor"}
 
-    data = reader.get_metrics_data()
-    points = [
-        (dict(p.attributes), p.value)
-        for rm in data.resource_metrics for sm in rm.scope_metrics for m in sm.metrics
-        if m.name == "hermes.context.compressions" for p in m.data.data_points
-    ]
+    points = [(a, p.value) for a, p in metric_points(reader, "hermes.context.compressions")]
     assert any(a.get("engine") == "compressor" and a.get("outcome") == "compressed" and v >= 1
                for a, v in points), points

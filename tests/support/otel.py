@@ -25,6 +25,20 @@ class StartedSpans(SpanProcessor):
         return [s for s in list(self.spans) if s.name == name]
 
 
+def metrics(reader: InMemoryMetricReader) -> List[Any]:
+    """Every metric the reader collects now, across resources and scopes."""
+    data = reader.get_metrics_data()
+    if data is None:
+        return []
+    return [metric for rm in data.resource_metrics for sm in rm.scope_metrics for metric in sm.metrics]
+
+
+def metric_points(reader: InMemoryMetricReader, name: str) -> List[tuple]:
+    """[(attributes dict, point)] of the metric with OTel name ``name``."""
+    return [(dict(dp.attributes or {}), dp)
+            for metric in metrics(reader) if metric.name == name for dp in metric.data.data_points]
+
+
 @dataclass
 class Providers:
     tracer_provider: TracerProvider
@@ -44,16 +58,7 @@ class Providers:
 
     def points(self, name: str) -> List[tuple]:
         """[(attributes dict, point)] of the metric with OTel name ``name``."""
-        data = self.reader.get_metrics_data()
-        out = []
-        if data is None:
-            return out
-        for rm in data.resource_metrics:
-            for sm in rm.scope_metrics:
-                for metric in sm.metrics:
-                    if metric.name == name:
-                        out.extend((dict(dp.attributes or {}), dp) for dp in metric.data.data_points)
-        return out
+        return metric_points(self.reader, name)
 
     def value(self, name: str, **attrs) -> Optional[float]:
         """The value of the point whose attributes are exactly ``attrs`` (None when absent).
