@@ -506,24 +506,21 @@ def _make_guarded_hook(idx, original, telemetry, start, finish):
         span, token, started = start(self, args, kwargs)
         _inside.engine = self
         running.append(None)
+        result = exc = None
         t0 = perf_counter_ns()
         try:
             result = original(self, *args, **kwargs)
-        except BaseException as exc:
+            return result
+        except BaseException as raised:   # re-raised unchanged; recorded below
+            exc = raised
+            raise
+        finally:
             t1 = perf_counter_ns()
             _inside.engine = outer
             running.pop()
-            extra = finish(self, started, None, exc)
+            extra = finish(self, started, result, exc)
             _detach(token)
-            recorder.push((idx, self, t0, t1, exc, args, kwargs, None, span, extra))
-            raise
-        t1 = perf_counter_ns()
-        _inside.engine = outer
-        running.pop()
-        extra = finish(self, started, result, None)
-        _detach(token)
-        recorder.push((idx, self, t0, t1, None, args, kwargs, result, span, extra))
-        return result
+            recorder.push((idx, self, t0, t1, exc, args, kwargs, result, span, extra))
 
     return hook
 
