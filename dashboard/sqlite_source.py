@@ -73,6 +73,22 @@ def _mark(event: str, outcome: Optional[str]) -> Optional[str]:
     return event
 
 
+def _sum_by_engine(df: pd.DataFrame, num, categories) -> Tuple[Dict[str, dict], list]:
+    """Per engine, the ``num`` columns summed over the time buckets of ``df``; and the
+    (bucket, engine, category, count) rows of the nonzero ``categories`` columns (the chart's series)."""
+    agg: Dict[str, dict] = {}
+    series_rows = []
+    for row in df.itertuples(index=False):
+        d = row._asdict()
+        a = agg.setdefault(d["engine"], dict.fromkeys(num, 0.0))
+        for k in num:
+            a[k] += d[k] or 0
+        for c in categories:
+            if d[c]:
+                series_rows.append((d["b"], d["engine"], c, d[c]))
+    return agg, series_rows
+
+
 @dataclass
 class _Entry:
     lo: float
@@ -471,19 +487,11 @@ class SQLiteSource(Source):
                 return pd.DataFrame(columns=cols), empty_series
             num = ["compressed", "noop", "error", "timeout", "host_reported", "late_completion",
                    *SUMMARY_FAILURE_EVENTS, "calls", "tb", "ta", "tn"]
-            agg: Dict[str, dict] = {}
+            agg, series_rows = _sum_by_engine(df, num, COMPRESS_OUTCOMES)
             buckets: Dict[str, Dict[float, float]] = {}
-            series_rows = []
-            for row in df.itertuples(index=False):
-                d = row._asdict()
-                a = agg.setdefault(d["engine"], dict.fromkeys(num, 0.0))
-                for k in num:
-                    a[k] += d[k] or 0
-                if d["calls"]:
-                    buckets.setdefault(d["engine"], {})[d["b"]] = d["calls"]
-                for o in COMPRESS_OUTCOMES:
-                    if d[o]:
-                        series_rows.append((d["b"], d["engine"], o, d[o]))
+            for b, eng, calls in zip(df["b"], df["engine"], df["calls"]):
+                if calls:
+                    buckets.setdefault(eng, {})[b] = calls
             out = []
             for eng in sorted(agg):
                 a = agg[eng]
@@ -514,16 +522,7 @@ class SQLiteSource(Source):
         if df.empty:
             return pd.DataFrame(columns=cols), empty_series
         num = [*SELECTION_RESULTS, "total", "cache_lost_tokens"]
-        agg: Dict[str, dict] = {}
-        series_rows = []
-        for row in df.itertuples(index=False):
-            d = row._asdict()
-            a = agg.setdefault(d["engine"], dict.fromkeys(num, 0.0))
-            for k in num:
-                a[k] += d[k] or 0
-            for r in SELECTION_RESULTS:
-                if d[r]:
-                    series_rows.append((d["b"], d["engine"], r, d[r]))
+        agg, series_rows = _sum_by_engine(df, num, SELECTION_RESULTS)
         out = []
         for eng in sorted(agg):
             a = agg[eng]
