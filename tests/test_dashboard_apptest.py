@@ -37,18 +37,15 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 import threading
 import time
-import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import Callable, Optional
 
 import pytest
 from support.real_feeds import (SCRIPT, EngineExporter, StoreFacts, copy_store, feed_real_session, percentiles,
                                 prometheus_ready_for, store_facts)
-from support.servers import PROMETHEUS_BIN, free_port, require_binary
+from support.servers import PrometheusServer, free_port
 
 from dashboard.sample_data import scenario_rows
 from dashboard.views import fmt_int, fmt_pct, fmt_seconds, fmt_tokens
@@ -668,32 +665,22 @@ def metrics_endpoint(tmp_path_factory, request) -> MetricsFeed:
     return feed
 
 
-def _prom_get(url, path, **params):
-    with urllib.request.urlopen(f"{url}{path}?{urllib.parse.urlencode(params)}", timeout=3) as r:
-        return json.loads(r.read())
+def _firing(prom: PrometheusServer) -> set:
+    return {a["labels"]["alertname"] for a in prom.alerts() if a["state"] == "firing"}
 
 
-def _prom_query(url):
-    return lambda q: _prom_get(url, "/api/v1/query", query=q)["data"]["result"]
-
-
-def _firing(url) -> set:
-    return {a["labels"]["alertname"] for a in _prom_get(url, "/api/v1/alerts")["data"]["alerts"]
-            if a["state"] == "firing"}
-
-
-def _wait(what: str, predicate, timeout: float, log: Path, proc) -> None:
+def _wait(what: str, predicate, timeout: float, prom: PrometheusServer) -> None:
     deadline = time.time() + timeout
     while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail("prometheus exited: " + log.read_text()[-2000:])
+        if prom.proc.poll() is not None:
+            pytest.fail("prometheus exited: " + prom.log_tail())
         try:
             if predicate():
                 return
         except (OSError, ValueError, KeyError):
             pass
         time.sleep(0.2)
-    pytest.fail(f"prometheus never had {what}: " + log.read_text()[-2000:])
+    pytest.fail(f"prometheus never had {what}: " + prom.log_tail())
 
 
 @pytest.fixture(scope="module")
@@ -702,52 +689,30 @@ def prometheus(tmp_path_factory, metrics_endpoint, request) -> str:
 
     The engine feed: once Prometheus holds the warm-up values, the main pass runs; the fixture
     returns when Prometheus holds the final values and the fail-open and summary-failure alerts fire."""
-    binary = require_binary(PROMETHEUS_BIN)        # skips, or fails under OBSERVED_REQUIRE_TOOLS (CI)
     tmp_path = tmp_path_factory.mktemp("prometheus")
-    port = free_port()
     shutil.copy(ALERT_RULES, tmp_path / "rules.yml")
-    ms = int(SCRAPE_INTERVAL * 1000)
-    (tmp_path / "prometheus.yml").write_text(
-        f"global: {{scrape_interval: {ms}ms, scrape_timeout: {ms}ms, evaluation_interval: 1s}}\n"
-        "rule_files: [rules.yml]\n"
-        "scrape_configs:\n"
-        f"- job_name: observed\n  static_configs: [{{targets: ['{metrics_endpoint.target}']}}]\n")
-    log_path = tmp_path / "prometheus.log"
-    log = open(log_path, "wb")
-    proc = subprocess.Popen(
-        [binary, f"--config.file={tmp_path / 'prometheus.yml'}", f"--storage.tsdb.path={tmp_path / 'data'}",
-         f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-        stdout=log, stderr=subprocess.STDOUT, cwd=tmp_path)
-    pid = proc.pid
-
-    def stop():
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(pid, 9)
-                proc.wait(5)
-        log.close()
-
-    request.addfinalizer(stop)
-    url = f"http://127.0.0.1:{port}"
-    query = _prom_query(url)
+    interval = f"{int(SCRAPE_INTERVAL * 1000)}ms"
+    # PrometheusServer skips without the binary, or fails under OBSERVED_REQUIRE_TOOLS (CI)
+    prom = PrometheusServer(tmp_path, [metrics_endpoint.target], job_name="observed", rule_files=["rules.yml"],
+                            scrape_interval=interval, scrape_timeout=interval, evaluation_interval="1s")
+    request.addfinalizer(prom.stop)  # kills the recorded PID, even if startup fails
+    prom.start()
+    query = prom.query
     exporter = metrics_endpoint.exporter
     if exporter is not None:
-        _wait("the warm-up values", lambda: prometheus_ready_for(exporter, query), 90, log_path, proc)
+        _wait("the warm-up values", lambda: prometheus_ready_for(exporter, query), 90, prom)
         exporter.baseline_seen = time.time()
         time.sleep(3.0)              # flat samples first: increase() then extrapolates less
         exporter.drive()             # the main pass, scraped as it runs
-        _wait("the final values", lambda: prometheus_ready_for(exporter, query), 60, log_path, proc)
+        _wait("the final values", lambda: prometheus_ready_for(exporter, query), 60, prom)
         _wait("the fail-open and summary-failure alerts", lambda: {
-            "HermesContextEngineFailOpen", "HermesContextSummaryFailing"} <= _firing(url), 60, log_path, proc)
+            "HermesContextEngineFailOpen", "HermesContextSummaryFailing"} <= _firing(prom), 60, prom)
     else:
         _wait("moving series and a firing alert", lambda: query(
             "increase(hermes_context_compressions_total[1m]) > 0") and query(
             "increase(hermes_context_engine_fail_open_total[1m]) > 0") and "HermesContextEngineFailOpen"
-            in _firing(url), 90, log_path, proc)
-    return url
+            in _firing(prom), 90, prom)
+    return prom.url
 
 
 def _num(v) -> int:

@@ -10,11 +10,8 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -33,17 +30,12 @@ pytestmark = [
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support.real_feeds import copy_store  # noqa: E402
+from support.servers import ServerProcess  # noqa: E402
 from test_dashboard_apptest import drawn_sessions, pct0  # noqa: E402
 # the swappable feeds, shared with the AppTest module (fixtures: one of each per module)
 from test_dashboard_apptest import fed, metrics_endpoint, prometheus  # noqa: E402,F401
 
 from observed_engine.store import StoreWriter, make_row  # noqa: E402
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -52,43 +44,28 @@ def store(fed, tmp_path) -> Path:
     return copy_store(fed.path, tmp_path / "observed" / "telemetry.sqlite")
 
 
+class StreamlitServer(ServerProcess):
+    """``streamlit run dashboard/app.py`` from the repo root, ready when /_stcore/health answers."""
+
+    name = "streamlit"
+    ready_path = "/_stcore/health"
+
+    def start(self, env: dict) -> "StreamlitServer":
+        self._spawn([sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.headless", "true",
+                     "--server.address", "127.0.0.1", "--server.port", str(self.port),
+                     "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"], env=env, cwd=ROOT)
+        self.wait_ready(timeout=60)
+        return self
+
+
 def start_streamlit(tmp_path, request, **env_vars) -> str:
-    port = _free_port()
     env = dict(os.environ, OBSERVED_REFRESH_SECONDS="2")
     for var in ("OBSERVED_STORE", "OBSERVED_PROMETHEUS_URL", "OBSERVED_SOURCE"):
         env.pop(var, None)
     env.update(env_vars)
-    log = open(tmp_path / "streamlit.log", "wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.headless", "true",
-         "--server.address", "127.0.0.1", "--server.port", str(port), "--browser.gatherUsageStats", "false",
-         "--client.toolbarMode", "minimal"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    pid = proc.pid
-
-    def stop():
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(pid, 9)
-                proc.wait(5)
-        log.close()
-
-    request.addfinalizer(stop)
-    url = f"http://127.0.0.1:{port}/"
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            pytest.fail("streamlit exited: " + (tmp_path / "streamlit.log").read_text()[-3000:])
-        try:
-            with urllib.request.urlopen(url + "_stcore/health", timeout=1) as r:
-                if r.status == 200:
-                    return url
-        except OSError:
-            time.sleep(0.2)
-    pytest.fail("streamlit did not come up: " + (tmp_path / "streamlit.log").read_text()[-3000:])
+    streamlit = StreamlitServer(tmp_path)
+    request.addfinalizer(streamlit.stop)  # kills the recorded PID, even if startup fails
+    return streamlit.start(env).url + "/"
 
 
 @pytest.fixture

@@ -21,19 +21,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
-import subprocess
 import threading
 import time
-import urllib.parse
 import urllib.error
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import yaml
+from support.servers import AlertmanagerServer, PrometheusServer, WebhookReceiver, find_binary, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 PROM_DIR = ROOT / "deploy" / "prometheus"
@@ -44,21 +41,22 @@ FIRE_TIMEOUT_S = 40.0
 pytestmark = pytest.mark.prometheus
 
 
-def _prometheus_binary() -> str:
-    path = shutil.which("prometheus") or ("/usr/bin/prometheus" if os.access("/usr/bin/prometheus", os.X_OK) else None)
-    if path:
-        return path
-    reason = ("prometheus binary not found: apt-get install -y prometheus "
+def _missing(package: str):
+    """Skip the test for want of ``package``'s binary, or fail under OBSERVED_REQUIRE_TOOLS=1."""
+    reason = (f"{package} binary not found: apt-get install -y {package} "
               "(set OBSERVED_REQUIRE_TOOLS=1 to make this a failure)")
     if os.environ.get("OBSERVED_REQUIRE_TOOLS") == "1":
         pytest.fail(reason)
     pytest.skip(reason)
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _prometheus_binary() -> str:
+    return find_binary("prometheus", "/usr/bin/prometheus") or _missing("prometheus")
+
+
+def _alertmanager_binary():
+    return find_binary("prometheus-alertmanager", "/usr/bin/prometheus-alertmanager",
+                       "alertmanager", "/usr/bin/alertmanager")
 
 
 class FakeHermesMetrics:
@@ -190,122 +188,6 @@ def e2e_alertmanager_config(shipped: dict, webhook_url: str) -> dict:
     return cfg
 
 
-class ManagedProcess:
-    """A server binary on 127.0.0.1:<free port>, its output in workdir/<name>.log; stop() ends
-    exactly the PID it started."""
-
-    name = "process"
-
-    def __init__(self, argv: list, workdir: Path, port: int) -> None:
-        self.port = port
-        self.url = f"http://127.0.0.1:{port}"
-        self.log_path = workdir / f"{self.name}.log"
-        self._log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(argv, stdout=self._log, stderr=subprocess.STDOUT, cwd=workdir)
-        self.pid = self.proc.pid
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
-        self._log.close()
-
-    def log_tail(self, n: int = 40) -> str:
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
-        except OSError:
-            return "(no log)"
-
-    def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
-            try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.2)
-        raise AssertionError(f"{self.name} not ready after {timeout}s:\n{self.log_tail()}")
-
-
-class PrometheusProcess(ManagedProcess):
-    name = "prometheus"
-
-    def __init__(self, binary: str, workdir: Path, config: dict) -> None:
-        port = _free_port()
-        self.config_path = workdir / "prometheus.yml"
-        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        super().__init__(
-            [binary, f"--config.file={self.config_path}", f"--storage.tsdb.path={workdir / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--log.level=info"], workdir, port)
-
-    def api(self, path: str, **params) -> dict:
-        url = f"{self.url}{path}"
-        if params:
-            url += "?" + urllib.parse.urlencode(params)
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            body = json.load(resp)
-        assert body.get("status") == "success", body
-        return body["data"]
-
-
-class AlertmanagerProcess(ManagedProcess):
-    name = "alertmanager"
-
-    def __init__(self, binary: str, workdir: Path, config: dict) -> None:
-        port = _free_port()
-        self.config_path = workdir / "alertmanager.yml"
-        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
-        super().__init__(
-            [binary, f"--config.file={self.config_path}", f"--storage.path={workdir / 'am-data'}",
-             f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="], workdir, port)
-
-    @property
-    def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-
-class WebhookReceiver:
-    """Collects the JSON bodies Alertmanager posts."""
-
-    def __init__(self) -> None:
-        self.payloads: list = []
-        outer = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                length = int(self.headers.get("Content-Length", 0))
-                outer.payloads.append(json.loads(self.rfile.read(length) or b"{}"))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/alerts"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def _alertmanager_binary():
-    for name in ("prometheus-alertmanager", "alertmanager"):
-        path = shutil.which(name) or (f"/usr/bin/{name}" if os.access(f"/usr/bin/{name}", os.X_OK) else None)
-        if path:
-            return path
-    return None
-
-
 @pytest.fixture(scope="module")
 def alertmanager(tmp_path_factory, request):
     """The shipped Alertmanager config on a real Alertmanager posting to a local webhook, or None
@@ -317,9 +199,10 @@ def alertmanager(tmp_path_factory, request):
     request.addfinalizer(webhook.stop)
     workdir = tmp_path_factory.mktemp("alertmanager")
     shipped = yaml.safe_load((ROOT / "deploy" / "alertmanager" / "alertmanager.yml").read_text())
-    am = AlertmanagerProcess(binary, workdir, e2e_alertmanager_config(shipped, webhook.url))
-    request.addfinalizer(am.stop)
-    am.wait_ready()
+    am = AlertmanagerServer(workdir, e2e_alertmanager_config(shipped, webhook.url), binary=binary,
+                            log_level="info")
+    request.addfinalizer(am.stop)  # always kill the recorded PID, even if startup fails
+    am.start()
     am.webhook = webhook
     return am
 
@@ -333,9 +216,9 @@ def prometheus(tmp_path_factory, metrics_target, alertmanager, request):
     shipped = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
     assert {j["job_name"] for j in shipped["scrape_configs"]} >= set(HERMES_JOBS)
     config = e2e_config(shipped, metrics_target, rules, alertmanager.address if alertmanager else None)
-    prom = PrometheusProcess(binary, tmp_path, config)
+    prom = PrometheusServer(tmp_path, config=config, binary=binary, log_level="info")
     request.addfinalizer(prom.stop)  # always kill the recorded PID, even if startup fails
-    prom.wait_ready()
+    prom.start()
     return prom
 
 
@@ -440,18 +323,14 @@ def test_grafana_board_queries_run_in_real_prometheus(prometheus):
 def test_alert_reaches_the_webhook_through_alertmanager(prometheus, alertmanager):
     """Prometheus -> shipped Alertmanager routing -> webhook: grouped by alertname and engine."""
     if alertmanager is None:
-        reason = ("prometheus-alertmanager binary not found: apt-get install -y prometheus-alertmanager "
-                  "(set OBSERVED_REQUIRE_TOOLS=1 to make this a failure)")
-        if os.environ.get("OBSERVED_REQUIRE_TOOLS") == "1":
-            pytest.fail(reason)
-        pytest.skip(reason)
+        _missing("prometheus-alertmanager")
     deadline = time.monotonic() + FIRE_TIMEOUT_S
     timeout_groups: list = []
     while time.monotonic() < deadline and not timeout_groups:
-        timeout_groups = [p for p in list(alertmanager.webhook.payloads)
+        timeout_groups = [p for p in list(alertmanager.webhook.notifications)
                           if p.get("groupLabels", {}).get("alertname") == "HermesContextCompressionTimeout"]
         time.sleep(0.5)
-    assert timeout_groups, (f"no webhook notification within {FIRE_TIMEOUT_S}s; got {alertmanager.webhook.payloads}\n"
+    assert timeout_groups, (f"no webhook notification within {FIRE_TIMEOUT_S}s; got {alertmanager.webhook.notifications}\n"
                             f"{alertmanager.log_tail()}")
     payload = timeout_groups[0]
     assert payload["status"] == "firing"
@@ -495,7 +374,7 @@ def real_engine():
             release.wait(60)
             return messages[-1:]
 
-    port = _free_port()
+    port = free_port()
     engine = observe(BlockingEngine(), settings={
         "prometheus": {"enabled": True, "host": "127.0.0.1", "port": port},
         "compress_timeout_seconds": 1,
@@ -513,9 +392,10 @@ def test_real_engine_stuck_compression_fires_timeout_and_stuck(real_engine, tmp_
     rules = tmp_path / "alerts.yml"
     shutil.copy(PROM_DIR / "alerts.yml", rules)
     shipped = yaml.safe_load((PROM_DIR / "prometheus.yml").read_text())
-    prom = PrometheusProcess(binary, tmp_path, e2e_config(shipped, real_engine.address, rules))
+    prom = PrometheusServer(tmp_path, config=e2e_config(shipped, real_engine.address, rules), binary=binary,
+                            log_level="info")
     request.addfinalizer(prom.stop)
-    prom.wait_ready()
+    prom.start()
 
     worker = threading.Thread(target=real_engine.engine.compress,
                               args=([{"role": "user", "content": "a"}, {"role": "user", "content": "b"}],),

@@ -1,6 +1,7 @@
 """Network helpers on 127.0.0.1: free ports, dead endpoints, real Prometheus / Alertmanager, a webhook.
 
-Servers are started as subprocesses with their PID recorded; ``stop()`` kills exactly that PID.
+Servers are started as subprocesses (``ServerProcess``) with their PID recorded; ``stop()`` kills
+exactly that PID.
 """
 
 from __future__ import annotations
@@ -26,9 +27,18 @@ PROMETHEUS_BIN = "/usr/bin/prometheus"
 ALERTMANAGER_BIN = "/usr/bin/prometheus-alertmanager"
 
 
+def find_binary(*candidates: str) -> Optional[str]:
+    """The first candidate that is an executable file (a path) or on PATH (a bare name), else None."""
+    for candidate in candidates:
+        found = shutil.which(candidate)
+        if found:
+            return found
+    return None
+
+
 def require_binary(path: str) -> str:
     """The binary, else skip -- or fail when OBSERVED_REQUIRE_TOOLS is set (CI)."""
-    found = path if os.path.isfile(path) and os.access(path, os.X_OK) else shutil.which(os.path.basename(path))
+    found = find_binary(path, os.path.basename(path))
     if found:
         return found
     if os.environ.get("OBSERVED_REQUIRE_TOOLS"):
@@ -84,10 +94,13 @@ def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0
         time.sleep(interval)
 
 
-class _Process:
-    """A server subprocess, killed by its own PID."""
+class ServerProcess:
+    """A server subprocess on 127.0.0.1:<free port>, its output in workdir/<name>.log, killed by its
+    own PID. Subclasses start it with ``_spawn(argv)``, then ``wait_ready()`` polls ``ready_path``."""
 
     name = "server"
+    ready_path = "/-/ready"
+    stop_timeout = 10.0
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = Path(workdir)
@@ -101,10 +114,11 @@ class _Process:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def _spawn(self, argv: Sequence[str]) -> None:
+    def _spawn(self, argv: Sequence[str], *, env: Optional[Dict[str, str]] = None,
+               cwd: Optional[Path] = None) -> None:
         log = open(self.log_path, "wb")
-        self.proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(list(argv), stdout=log, stderr=subprocess.STDOUT, env=env,
+                                     cwd=self.workdir if cwd is None else cwd, start_new_session=True)
         log.close()
         self.pid = self.proc.pid
 
@@ -113,7 +127,7 @@ class _Process:
             if self.proc.poll() is not None:
                 raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
-                return http_get(self.url + "/-/ready", timeout=1.0) is not None
+                return http_get(self.url + self.ready_path, timeout=1.0) is not None
             except OSError:
                 return False
         deadline = time.monotonic() + timeout
@@ -134,7 +148,7 @@ class _Process:
             return
         try:
             os.kill(self.pid, signal.SIGTERM)
-            self.proc.wait(5)
+            self.proc.wait(self.stop_timeout)
         except subprocess.TimeoutExpired:
             os.kill(self.pid, signal.SIGKILL)
             self.proc.wait(5)
@@ -142,40 +156,54 @@ class _Process:
             pass
 
 
-class PrometheusServer(_Process):
+class PrometheusServer(ServerProcess):
+    """A real Prometheus. Either it scrapes ``targets`` as job ``job_name`` (``scrape_timeout``
+    defaults to the scrape interval), or it runs a ready-made ``config`` dict, written as is."""
+
     name = "prometheus"
 
-    def __init__(self, workdir: Path, targets: Sequence[str], *, rule_files: Sequence[str] = (),
+    def __init__(self, workdir: Path, targets: Sequence[str] = (), *, rule_files: Sequence[Any] = (),
                  alertmanager: Optional[str] = None, scrape_interval: str = "1s",
-                 evaluation_interval: str = "1s") -> None:
+                 evaluation_interval: str = "1s", scrape_timeout: Optional[str] = None,
+                 job_name: str = "hermes", config: Optional[Dict[str, Any]] = None,
+                 binary: Optional[str] = None, log_level: str = "warn") -> None:
         super().__init__(workdir)
-        self.binary = require_binary(PROMETHEUS_BIN)
-        config: Dict[str, Any] = {
-            "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval,
-                       "scrape_timeout": "1s" if scrape_interval == "1s" else "10s"},
-            "scrape_configs": [{"job_name": "hermes", "static_configs": [{"targets": list(targets)}]}],
-        }
-        if rule_files:
-            config["rule_files"] = [str(p) for p in rule_files]
-        if alertmanager:
-            config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
+        self.binary = binary or require_binary(PROMETHEUS_BIN)
+        self.log_level = log_level
+        if config is not None:
+            if targets or rule_files or alertmanager:
+                raise TypeError("config is written as is: pass targets, rule_files, alertmanager in it")
+        else:
+            config = {
+                "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval,
+                           "scrape_timeout": scrape_timeout or scrape_interval},
+                "scrape_configs": [{"job_name": job_name, "static_configs": [{"targets": list(targets)}]}],
+            }
+            if rule_files:
+                config["rule_files"] = [str(p) for p in rule_files]
+            if alertmanager:
+                config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": [alertmanager]}]}]}
         self.config_path = self.workdir / "prometheus.yml"
-        self.config_path.write_text(yaml.safe_dump(config))
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
 
     def start(self) -> "PrometheusServer":
         self._spawn([
             self.binary, f"--config.file={self.config_path}",
             f"--storage.tsdb.path={self.workdir / 'data'}",
-            f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn",
+            f"--web.listen-address=127.0.0.1:{self.port}", f"--log.level={self.log_level}",
         ])
         self.wait_ready()
         return self
 
-    def query(self, expr: str) -> List[dict]:
-        url = self.url + "/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+    def api(self, path: str, **params: Any) -> Any:
+        """The ``data`` of a successful API answer (an HTTP error raises urllib.error.HTTPError)."""
+        url = self.url + path + ("?" + urllib.parse.urlencode(params) if params else "")
         body = json.loads(http_get(url))
         assert body["status"] == "success", body
-        return body["data"]["result"]
+        return body["data"]
+
+    def query(self, expr: str) -> List[dict]:
+        return self.api("/api/v1/query", query=expr)["result"]
 
     def scalar(self, expr: str) -> Optional[float]:
         """The single value of an instant vector query (None when empty)."""
@@ -196,28 +224,29 @@ class PrometheusServer(_Process):
         return last[0]
 
     def targets_health(self) -> List[str]:
-        body = json.loads(http_get(self.url + "/api/v1/targets"))
-        return [t["health"] for t in body["data"]["activeTargets"]]
+        return [t["health"] for t in self.api("/api/v1/targets")["activeTargets"]]
 
     def alerts(self) -> List[dict]:
-        return json.loads(http_get(self.url + "/api/v1/alerts"))["data"]["alerts"]
+        return self.api("/api/v1/alerts")["alerts"]
 
 
-class AlertmanagerServer(_Process):
+class AlertmanagerServer(ServerProcess):
     name = "alertmanager"
 
-    def __init__(self, workdir: Path, config: Dict[str, Any]) -> None:
+    def __init__(self, workdir: Path, config: Dict[str, Any], *, binary: Optional[str] = None,
+                 log_level: str = "warn") -> None:
         super().__init__(workdir)
-        self.binary = require_binary(ALERTMANAGER_BIN)
+        self.binary = binary or require_binary(ALERTMANAGER_BIN)
+        self.log_level = log_level
         self.config_path = self.workdir / "alertmanager.yml"
-        self.config_path.write_text(yaml.safe_dump(config))
+        self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
 
     def start(self) -> "AlertmanagerServer":
         self._spawn([
             self.binary, f"--config.file={self.config_path}",
             f"--storage.path={self.workdir / 'data'}",
             f"--web.listen-address=127.0.0.1:{self.port}", "--cluster.listen-address=",
-            "--log.level=warn",
+            f"--log.level={self.log_level}",
         ])
         self.wait_ready()
         return self
