@@ -9,6 +9,7 @@ Built on ``opentelemetry-proto`` (the same messages a Collector decodes):
 Everything received is decoded into plain records (:class:`ReceivedSpan`,
 :class:`ReceivedMetric`) with the resource attributes of the batch it came in,
 so tests can assert on names, attributes and values without touching protobuf.
+``delay`` makes it a slow collector: every export is recorded and answered only after it.
 
     with OtlpReceiver() as rx:
         rx.grpc_endpoint  # "http://127.0.0.1:<port>"
@@ -122,9 +123,12 @@ def _decode_metrics(req: metrics_service_pb2.ExportMetricsServiceRequest, transp
 
 
 class OtlpReceiver:
-    """Both transports at once; each ``start_*`` binds a fresh port on 127.0.0.1."""
+    """Both transports at once; each ``start_*`` binds a fresh port on 127.0.0.1.
 
-    def __init__(self, grpc_enabled: bool = True, http_enabled: bool = True) -> None:
+    ``delay`` (seconds): each export, gRPC or HTTP, is recorded and answered only after it."""
+
+    def __init__(self, grpc_enabled: bool = True, http_enabled: bool = True, delay: float = 0.0) -> None:
+        self.delay = delay
         self._lock = threading.Lock()
         self.spans: List[ReceivedSpan] = []
         self.metrics: List[ReceivedMetric] = []
@@ -171,6 +175,8 @@ class OtlpReceiver:
     # -- recording -------------------------------------------------------------
 
     def _add(self, counter: str, spans=(), metrics=()) -> None:
+        if self.delay:
+            time.sleep(self.delay)
         with self._lock:
             self.requests[counter] += 1
             self.spans.extend(spans)
@@ -197,14 +203,29 @@ class OtlpReceiver:
         with self._lock:
             return [m for m in self.metrics if m.name == name]
 
+    def span_count(self, prefix: str = "") -> int:
+        """How many spans arrived whose name starts with ``prefix``."""
+        with self._lock:
+            return sum(1 for s in self.spans if s.name.startswith(prefix))
+
+    def _points(self, name: str, attrs: Dict[str, Any], kinds=None) -> List[ReceivedPoint]:
+        """The points of ``name`` (of one of ``kinds``) whose attributes include ``attrs``, in arrival order."""
+        return [p for m in self.metrics_named(name) if kinds is None or m.kind in kinds
+                for p in m.points if all(p.attributes.get(k) == v for k, v in attrs.items())]
+
     def latest_value(self, name: str, **attrs) -> Any:
         """Value of the last received point of ``name`` whose attributes include ``attrs``."""
-        value = None
-        for m in self.metrics_named(name):
-            for p in m.points:
-                if all(p.attributes.get(k) == v for k, v in attrs.items()):
-                    value = p.value
-        return value
+        points = self._points(name, attrs)
+        return points[-1].value if points else None
+
+    def metric_total(self, name: str, **attrs) -> Any:
+        """Sum over label sets of the latest value of the sum/gauge ``name`` whose attributes include
+        ``attrs``: a cumulative point is sent again with every export, so only the last one of each
+        label set counts."""
+        latest = {}
+        for p in self._points(name, attrs, kinds=("sum", "gauge")):
+            latest[tuple(sorted((k, repr(v)) for k, v in p.attributes.items()))] = p.value
+        return sum(latest.values())
 
     def wait_for(self, predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
         deadline = time.monotonic() + timeout

@@ -17,7 +17,6 @@ import sqlite3
 import threading
 import time
 import types
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from agent.context_engine import ContextEngine
@@ -638,96 +637,6 @@ class BlackHole:
 
     def close(self) -> None:
         self.sock.close()
-
-
-class OtlpHttpReceiver:
-    """A minimal OTLP/HTTP (protobuf) receiver on 127.0.0.1 that can answer slowly.
-
-    Counts the spans it received by name and keeps the metric data points by
-    metric name (sum of the latest cumulative values per label set).
-    """
-
-    def __init__(self, delay: float = 0.0) -> None:
-        self.delay = delay
-        self.requests = 0
-        self.span_names: Dict[str, int] = {}
-        self.metrics: Dict[str, Dict[tuple, float]] = {}
-        self._lock = threading.Lock()
-        receiver = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-                if receiver.delay:
-                    time.sleep(receiver.delay)
-                try:
-                    receiver._decode(self.path, body, self.headers.get("Content-Encoding"))
-                except Exception:  # pragma: no cover - a decoding bug shows as missing data
-                    pass
-                self.send_response(200)
-                self.send_header("Content-Type", "application/x-protobuf")
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.port = self.server.server_address[1]
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self.server.serve_forever, name="otlp-receiver", daemon=True)
-        self._thread.start()
-
-    def _decode(self, path: str, body: bytes, encoding: Optional[str]) -> None:
-        if encoding == "gzip":
-            import gzip
-
-            body = gzip.decompress(body)
-        with self._lock:
-            self.requests += 1
-        if path.endswith("/v1/traces"):
-            from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
-            req = ExportTraceServiceRequest()
-            req.ParseFromString(body)
-            with self._lock:
-                for rs in req.resource_spans:
-                    for ss in rs.scope_spans:
-                        for span in ss.spans:
-                            self.span_names[span.name] = self.span_names.get(span.name, 0) + 1
-        elif path.endswith("/v1/metrics"):
-            from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
-
-            req = ExportMetricsServiceRequest()
-            req.ParseFromString(body)
-            with self._lock:
-                for rm in req.resource_metrics:
-                    for sm in rm.scope_metrics:
-                        for metric in sm.metrics:
-                            which = metric.WhichOneof("data")
-                            if which not in ("sum", "gauge"):
-                                continue
-                            points = self.metrics.setdefault(metric.name, {})
-                            for dp in getattr(metric, which).data_points:
-                                key = tuple(sorted((a.key, a.value.string_value) for a in dp.attributes))
-                                value = dp.as_int if dp.WhichOneof("value") == "as_int" else dp.as_double
-                                points[key] = value
-
-    def metric_total(self, name: str, **attrs) -> float:
-        with self._lock:
-            points = dict(self.metrics.get(name, {}))
-        return sum(v for k, v in points.items() if all(dict(k).get(a) == b for a, b in attrs.items()))
-
-    def spans_named(self, prefix: str = "") -> int:
-        with self._lock:
-            return sum(n for name, n in self.span_names.items() if name.startswith(prefix))
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def scrape(port: int, timeout: float = 5.0) -> str:

@@ -29,11 +29,11 @@ from observed_engine import observe
 from observed_engine import store as store_module
 from observed_engine import tokens as tokens_module
 from observed_engine.telemetry import all_telemetry
+from otlp_receiver import OtlpReceiver
 from reliability_support import (
     STANDARD_HOOKS,
     BlackHole,
     LedgerEngine,
-    OtlpHttpReceiver,
     Pipeline,
     free_port,
     host_calls,
@@ -158,10 +158,10 @@ def test_dead_otlp_endpoint(fault, protocol, tmp_path, caplog):
 
 
 def test_slow_otlp_endpoint_loses_nothing(tmp_path, caplog):
-    receiver = OtlpHttpReceiver(delay=0.3)       # answers, but only after 300 ms
+    receiver = OtlpReceiver(grpc_enabled=False, delay=0.3).start()   # answers, but only after 300 ms
     prom_port = free_port()
     store = tmp_path / "store.sqlite"
-    settings = _otlp_settings(store, receiver.endpoint, "http/protobuf", prom_port, timeout=5.0)
+    settings = _otlp_settings(store, receiver.http_endpoint, "http/protobuf", prom_port, timeout=5.0)
     try:
         calls = run_sessions(_observe_with(settings), LedgerEngine, 30)
         engine = observe(LedgerEngine(), settings=settings)
@@ -170,8 +170,8 @@ def test_slow_otlp_endpoint_loses_nothing(tmp_path, caplog):
         _assert_not_slowed(latencies)
         assert observed_engine.flush(20.0)
         total = sum(calls.values())
-        assert wait_for(lambda: receiver.spans_named("context_engine.") >= total, timeout=20)
-        assert receiver.spans_named("context_engine.") == total, "spans were lost or duplicated"
+        assert wait_for(lambda: receiver.span_count("context_engine.") >= total, timeout=20)
+        assert receiver.span_count("context_engine.") == total, "spans were lost or duplicated"
         text = scrape(prom_port)
         assert prom_value(text, ERRORS) == 0
         _exact_hook_counts_on_metrics(text, calls)
@@ -179,7 +179,7 @@ def test_slow_otlp_endpoint_loses_nothing(tmp_path, caplog):
         assert store_count(store) == total
         assert not matching(our_records(caplog, logging.WARNING), "export failed")
     finally:
-        receiver.close()
+        receiver.stop()
 
 
 # --------------------------------------------------------------------------- the SQLite store
@@ -301,11 +301,11 @@ def test_prometheus_port_taken(tmp_path, caplog):
     squatter.bind(("127.0.0.1", 0))
     squatter.listen(8)
     port = squatter.getsockname()[1]
-    receiver = OtlpHttpReceiver()
+    receiver = OtlpReceiver(grpc_enabled=False).start()
     settings = {
         "store": {"path": str(tmp_path / "store.sqlite")},
         "prometheus": {"enabled": True, "port": port},
-        "otlp": {"enabled": True, "endpoint": receiver.endpoint, "protocol": "http/protobuf",
+        "otlp": {"enabled": True, "endpoint": receiver.http_endpoint, "protocol": "http/protobuf",
                  "export_interval_seconds": 0.3},
     }
     try:
@@ -320,7 +320,7 @@ def test_prometheus_port_taken(tmp_path, caplog):
             "the port clash was not counted"
     finally:
         squatter.close()
-        receiver.close()
+        receiver.stop()
     assert store_count(tmp_path / "store.sqlite") == sum(calls.values())
     warnings = matching(our_records(caplog, logging.WARNING), "cannot listen")
     assert len(warnings) == 1 and str(port) in warnings[0].getMessage()
