@@ -88,7 +88,7 @@ def counter_total(reader, name, **match) -> int:
 
 def bench_compress(store_dir: str) -> None:
     import observed_engine
-    from observed_engine.telemetry import get_telemetry
+    from observed_engine.api import pipeline_for
     from observed_engine.tokens import TokenCounter
 
     cls = trivial_engine_class()
@@ -101,7 +101,7 @@ def bench_compress(store_dir: str) -> None:
     mp = MeterProvider(metric_readers=[InMemoryMetricReader()])
     settings = {"store": {"path": os.path.join(store_dir, "compress.sqlite")}}
     obs = observed_engine.observe(cls(), tracer_provider=tp, meter_provider=mp, settings=settings)
-    telemetry = get_telemetry(tracer_provider=tp, meter_provider=mp, settings=settings)
+    telemetry = pipeline_for(tracer_provider=tp, meter_provider=mp, settings=settings)
 
     def timed(engine, messages, reps=30):
         samples = []
@@ -150,7 +150,7 @@ def bench_compress(store_dir: str) -> None:
 def bench_load(rate: int, seconds: float, store_dir: str) -> None:
     import observed_engine
     from agent.context_compressor import ContextCompressor
-    from observed_engine.telemetry import get_telemetry
+    from observed_engine.api import pipeline_for
 
     reader = InMemoryMetricReader()
     mp = MeterProvider(metric_readers=[reader])
@@ -158,7 +158,7 @@ def bench_load(rate: int, seconds: float, store_dir: str) -> None:
     settings = {"traces": False, "store": {"path": path}, "queue_size": 1_000_000}
     engine = observed_engine.observe(ContextCompressor("gpt-4o", config_context_length=200_000, quiet_mode=True),
                                      meter_provider=mp, settings=settings)
-    telemetry = get_telemetry(meter_provider=mp, settings=settings)
+    telemetry = pipeline_for(meter_provider=mp, settings=settings)
     threads = 2
     per_thread = int(rate * seconds / threads)
     usage = {"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010}
@@ -199,7 +199,7 @@ def bench_load(rate: int, seconds: float, store_dir: str) -> None:
 def bench_memory(calls: int, store_dir: str) -> None:
     import observed_engine
     from agent.context_compressor import ContextCompressor
-    from observed_engine.telemetry import get_telemetry
+    from observed_engine.api import pipeline_for
 
     tp = TracerProvider()
     tp.add_span_processor(BatchSpanProcessor(Discard()))
@@ -207,7 +207,7 @@ def bench_memory(calls: int, store_dir: str) -> None:
     settings = {"store": {"path": os.path.join(store_dir, "memory.sqlite"), "retention_days": 1}}
     engine = observed_engine.observe(ContextCompressor("gpt-4o", config_context_length=200_000, quiet_mode=True),
                                      tracer_provider=tp, meter_provider=mp, settings=settings)
-    telemetry = get_telemetry(tracer_provider=tp, meter_provider=mp, settings=settings)
+    telemetry = pipeline_for(tracer_provider=tp, meter_provider=mp, settings=settings)
     before = rss_mb()
     marks = []
     t0 = time.perf_counter()

@@ -47,7 +47,8 @@ def fill(path: Path, rows: int, span_s: float) -> float:
 
 def append_live_rows(path: Path, n: int = 300) -> None:
     """What a running engine adds between two refreshes."""
-    from observed_engine.store import INSERT_SQL, connect, make_row
+    from observed_engine.contract.store_schema import INSERT_SQL, make_row
+    from observed_engine.store import connect
 
     now = time.time()
     rows = []

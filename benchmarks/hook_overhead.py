@@ -72,7 +72,7 @@ HOOKS = {
 def build(mode: str, store_dir: str):
     """(engine, telemetry or None) for one mode."""
     import observed_engine
-    from observed_engine.telemetry import get_telemetry
+    from observed_engine.api import pipeline_for
 
     if mode == "bare":
         return make_compressor(), None
@@ -88,7 +88,7 @@ def build(mode: str, store_dir: str):
         tp.add_span_processor(BatchSpanProcessor(DiscardExporter(), max_queue_size=1_000_000))
         mp = MeterProvider(metric_readers=[InMemoryMetricReader()])
     engine = observed_engine.observe(make_compressor(), tracer_provider=tp, meter_provider=mp, settings=settings)
-    telemetry = get_telemetry(tracer_provider=tp, meter_provider=mp, settings=settings)
+    telemetry = pipeline_for(tracer_provider=tp, meter_provider=mp, settings=settings)
     return engine, telemetry
 
 
@@ -195,7 +195,7 @@ def main(argv=None) -> int:
 
     # The head host skips select_context/on_turn_complete unless the engine overrides the ABC's
     # default; the wrapper defines them only when the inner does, so the built-in costs 0 calls.
-    from observed_engine.hooks import overrides_abc_default
+    from observed_engine.host import overrides_abc_default
 
     extra = [h for h in ("select_context", "on_turn_complete") if overrides_abc_default(engines["full"][0], h)]
     print(f"head-host per-request hooks the observed built-in exposes: {extra or 'none'} "

@@ -11,7 +11,7 @@ Uses only the HTTP API (``/api/v1/query``, ``/api/v1/query_range``,
 
 Counts over the range are ``increase()`` (extrapolated, rounded); percentiles
 are ``histogram_quantile()`` over the histogram buckets. The query shapes come
-from ``observed_engine.promql``, shared with the Grafana board generator.
+from ``observed_engine.contract.promql``, shared with the Grafana board generator.
 """
 
 from __future__ import annotations
@@ -32,8 +32,8 @@ from dashboard.sources import (
     Filters, Source, SourceError, Status,
 )
 
-from observed_engine.catalogue import BY_KEY
-from observed_engine.promql import agg, eq, gauge, increase_sum, one_of, over, quantile, rate_sum
+from observed_engine.contract.catalogue import BY_KEY
+from observed_engine.contract.promql import agg, eq, gauge, increase_sum, one_of, over, quantile, rate_sum
 
 
 def _metric(key: str) -> str:
@@ -141,7 +141,7 @@ class PrometheusSource(Source):
     @staticmethod
     def _sel(f: Optional[Filters], **extra: str) -> str:
         """Label matchers (no braces) for the engine filter and ``extra``; values are taken literally
-        (engine names are arbitrary strings: ``observed_engine.promql`` escapes them for PromQL)."""
+        (engine names are arbitrary strings: ``observed_engine.contract.promql`` escapes them for PromQL)."""
         parts = [eq(k, v) for k, v in extra.items()]
         if f is not None and f.engines:
             parts.append(one_of("engine", f.engines))

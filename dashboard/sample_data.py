@@ -1,6 +1,6 @@
 """Store rows for tests and benchmarks (never used by the running dashboard).
 
-Two producers, both returning row tuples in ``observed_engine.store.COLUMNS`` order:
+Two producers, both returning row tuples in ``observed_engine.contract.store_schema.COLUMNS`` order:
 
 ``scenario_rows(now)``
     A small, hand-checkable scenario: three sessions on two engines with a rising
@@ -23,7 +23,8 @@ import random
 import re
 from typing import Dict, List, Sequence
 
-from observed_engine.store import COLUMNS, INSERT_SQL, SCHEMA_SQL, connect, make_row
+from observed_engine.contract.store_schema import COLUMNS, INSERT_SQL, SCHEMA_SQL, make_row
+from observed_engine.store import connect
 
 HOST = "test-host"
 

@@ -205,7 +205,7 @@ ENV_SOURCE = "OBSERVED_SOURCE"       # optional: "sqlite" or "prometheus" to for
 
 
 def default_store_path() -> str:
-    from observed_engine.store import default_store_path as _default
+    from observed_engine.host import default_store_path as _default
     return str(_default())
 
 

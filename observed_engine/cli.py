@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
+from .host import bundled_engines_dir, hermes_home, hermes_version, supports_user_engines
+
 PLUGIN_NAME = "observed"
 ROUTES = ("auto", "bundled", "user", "entrypoint")
 STATE_FILE = "install.json"          # under $HERMES_HOME/observed/
@@ -51,21 +53,6 @@ class CliError(Exception):
 # Locations
 # ---------------------------------------------------------------------------
 
-def hermes_home(arg: Optional[str] = None) -> Path:
-    """The Hermes home in effect; ``--hermes-home`` also sets ``HERMES_HOME``
-    for this process so Hermes' own functions agree."""
-    if arg:
-        path = Path(arg).expanduser().resolve()
-        os.environ["HERMES_HOME"] = str(path)
-        return path
-    try:
-        from hermes_constants import get_hermes_home
-        return Path(get_hermes_home())
-    except Exception:
-        env = os.environ.get("HERMES_HOME")
-        return Path(env) if env else Path.home() / ".hermes"
-
-
 def config_path(home: Path) -> Path:
     return home / "config.yaml"
 
@@ -74,36 +61,8 @@ def state_path(home: Path) -> Path:
     return home / "observed" / STATE_FILE
 
 
-def bundled_engines_dir() -> Optional[Path]:
-    """``plugins/context_engine/`` inside the installed Hermes, or None."""
-    try:
-        import plugins.context_engine as pce
-    except Exception:
-        return None
-    return Path(pce.__file__).resolve().parent
-
-
-def supports_user_engines() -> bool:
-    """Head Hermes also loads engines from ``$HERMES_HOME/plugins/<name>/``."""
-    try:
-        import plugins.context_engine as pce
-    except Exception:
-        return False
-    return hasattr(pce, "find_engine_dir") or hasattr(pce, "_iter_engine_dirs")
-
-
 def user_plugin_dir(home: Path) -> Path:
     return home / "plugins" / PLUGIN_NAME
-
-
-def hermes_version() -> Optional[str]:
-    import importlib.metadata as md
-    for dist in ("hermes-agent", "hermes_agent"):
-        try:
-            return md.version(dist)
-        except md.PackageNotFoundError:
-            continue
-    return None
 
 
 def entry_point_installed() -> bool:
@@ -713,7 +672,7 @@ def run_doctor(home: Path) -> Dict[str, Any]:
     # exporters
     exporters: Dict[str, Any] = {}
     report["exporters"] = exporters
-    store_path = settings.store_path()
+    store_path = settings.store_path(home)
     exporters["store"] = {"enabled": settings.store.enabled, "path": str(store_path)}
     if settings.store.enabled:
         ok, how = _writable(store_path)

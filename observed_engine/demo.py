@@ -34,7 +34,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, List, Optional
 
-from .store import default_store_path
+from . import host
+from .host import default_store_path
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD_APP = REPO_ROOT / "dashboard" / "app.py"
@@ -55,7 +56,7 @@ def _rough_tokens(messages: List[Dict[str, Any]]) -> int:
 # -- the second engine ------------------------------------------------------------------
 
 def make_topic_router(context_length: int = 128_000):
-    from agent.context_engine import ContextEngine
+    ContextEngine = host.context_engine_abc()
 
     class TopicRouterEngine(ContextEngine):
         """Demo engine: routes each request to the messages of its topic; trims on compress."""
@@ -208,9 +209,9 @@ class Traffic:
 
 
 def build_engines(settings: Dict[str, Any], summariser: OfflineSummariser, context_length: int) -> Dict[str, Any]:
-    import agent.context_compressor as cc
+    from .api import observe
 
-    from . import observe
+    cc = host.compressor_module()
 
     cc.call_llm = summariser       # the only LLM call of the built-in compressor, answered offline
     compressor = cc.ContextCompressor(
@@ -252,7 +253,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        import agent.context_compressor  # noqa: F401
+        host.compressor_module()
     except ImportError:
         print("demo: Hermes Agent is not installed; run `pip install 'observed-engine[test]'` "
               "(or scripts/setup.sh) first", file=sys.stderr)
@@ -298,7 +299,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         traffic.stop.set()
         for t in threads:
             t.join(timeout=args.deadline * 2 + 2)
-        from . import flush
+        from .api import flush
 
         flush(10.0)
         if dashboard is not None:

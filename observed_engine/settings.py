@@ -11,7 +11,10 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from .store import default_store_path
+from .contract.store_schema import default_store_path
+
+
+DEFAULT_COMPRESS_TIMEOUT = 120.0   # the host's default compression.context_timeout_seconds
 
 
 class SettingsError(ValueError):
@@ -83,22 +86,20 @@ class Settings:
         values["otlp"] = otlp
         return cls(**values)
 
-    def store_path(self) -> Path:
+    def store_path(self, hermes_home: os.PathLike | str) -> Path:
+        """observed.store.path, else HERMES_HOME/observed/telemetry.sqlite."""
         if self.store.path:
             return Path(os.path.expanduser(self.store.path))
-        return default_store_path()
+        return default_store_path(hermes_home)
 
-    def resolved_compress_timeout(self, hermes_config: Optional[Mapping[str, Any]] = None) -> float:
-        """observed.compress_timeout_seconds, else compression.context_timeout_seconds, else 120 s."""
+    def resolved_compress_timeout(self, host_timeout: Optional[float] = None) -> float:
+        """observed.compress_timeout_seconds, else the host's (compression.context_timeout_seconds),
+        else 120 s."""
         if self.compress_timeout_seconds:
             return float(self.compress_timeout_seconds)
-        try:
-            value = ((hermes_config or {}).get("compression") or {}).get("context_timeout_seconds")
-            if value is not None and float(value) > 0:
-                return float(value)
-        except (TypeError, ValueError, AttributeError):
-            pass
-        return 120.0
+        if host_timeout:
+            return float(host_timeout)
+        return DEFAULT_COMPRESS_TIMEOUT
 
 
 _SECTIONS = {"store": StoreSettings, "prometheus": PrometheusSettings, "otlp": OtlpSettings}

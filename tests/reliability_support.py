@@ -285,7 +285,7 @@ def render(value: Any, _depth: int = 0, _seen: Optional[set] = None) -> Any:
 
 
 def _unobserved_class(value) -> type:
-    from observed_engine.wrapper import observed_meta
+    from observed_engine.capture import observed_meta
 
     meta = observed_meta(value)
     return meta.inner_class if meta is not None else type(value)
@@ -510,18 +510,18 @@ class Pipeline:
 
     @property
     def telemetry(self):
-        from observed_engine.telemetry import get_telemetry
+        from observed_engine.api import pipeline_for
 
-        return get_telemetry(self.tracer_provider, self.meter_provider, self.settings)
+        return pipeline_for(self.tracer_provider, self.meter_provider, self.settings)
 
     def flush(self, timeout: float = 30.0) -> None:
         import observed_engine
-        from observed_engine.telemetry import all_telemetry
+        from observed_engine import REGISTRY
 
         if observed_engine.flush(timeout):
             return
         details = []
-        for telemetry in all_telemetry():
+        for telemetry in REGISTRY.pipelines():
             recorder, store = telemetry.recorder, telemetry.store
             details.append(dict(
                 ours=telemetry is self.telemetry, worker_alive=recorder._thread.is_alive(),

@@ -26,7 +26,8 @@ from pathlib import Path
 import pytest
 
 import observed_engine
-from observed_engine import hermes_plugin, is_observed
+from observed_engine import is_observed
+from observed_engine import plugin as plugin_side   # register() (re-exported by hermes_plugin) looks build_engine up here
 from support.otel import metric_points
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -223,8 +224,8 @@ def test_agent_run_entry_point_route(hermes_env, llm, monkeypatch):
     tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
     reader = InMemoryMetricReader()
     meter_provider = MeterProvider(metric_readers=[reader])
-    monkeypatch.setattr(hermes_plugin, "build_engine", functools.partial(
-        hermes_plugin.build_engine, tracer_provider=tracer_provider, meter_provider=meter_provider))
+    monkeypatch.setattr(plugin_side, "build_engine", functools.partial(
+        plugin_side.build_engine, tracer_provider=tracer_provider, meter_provider=meter_provider))
 
     agent = _make_agent(llm)
     import hermes_cli.plugins as hp

@@ -50,7 +50,7 @@ import yaml
 
 import observed_engine
 from observed_engine import observe
-from observed_engine.wrapper import observed_meta
+from observed_engine.capture import observed_meta
 
 from agent import context_compressor as cc_module
 from agent.conversation_compression import compress_context
@@ -215,7 +215,7 @@ def test_near_window_compression_errors_summary_and_telemetry_errors_reach_the_w
 
     ledger = observe(ScriptedEngine("ledger"), settings=settings(
         "telemetry", store={"path": str(blocker / "telemetry.sqlite")}, queue_size=20))
-    ledger_pipeline = observed_meta(ledger).telemetry
+    ledger_pipeline = observed_meta(ledger).pipeline
     assert ledger_pipeline.store is not None and ledger_pipeline.settings.queue_size == 20
 
     def builtin():

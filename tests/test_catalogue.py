@@ -6,8 +6,8 @@ from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, generate_latest
 
-from observed_engine import catalogue
-from observed_engine.instruments import Instruments
+from observed_engine.contract import catalogue
+from observed_engine.pipeline.instruments import Instruments
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -62,7 +62,7 @@ def test_keys_and_names_unique():
 
 
 def test_store_schema_doc_is_current():
-    from observed_engine.store import schema_markdown
+    from observed_engine.contract.store_schema import schema_markdown
 
     assert (ROOT / "docs" / "store-schema.md").read_text() == schema_markdown(), \
-        "docs/store-schema.md is stale: regenerate it with observed_engine.store.schema_markdown()"
+        "docs/store-schema.md is stale: regenerate it with observed_engine.contract.store_schema.schema_markdown()"

@@ -17,8 +17,8 @@ from agent.context_engine import ContextEngine
 
 from engines import CloneableEngine, DuckEngine, KwargsEngine, NarrowEngine, deep_state, transcript
 from observed_engine import is_observed
-from observed_engine.telemetry import all_telemetry
-from observed_engine.wrapper import observed_meta
+from observed_engine import REGISTRY
+from observed_engine.capture import observed_meta
 
 HOOK_CALLS = "hermes.context_engine.hook.calls"
 COMPRESSIONS = "hermes.context.compressions"
@@ -35,15 +35,15 @@ def test_deepcopy_is_independent_instrumented_and_shares_the_pipeline(factory, o
     engine = observe_engine(factory())
     engine.update_model(model="gpt-4o", context_length=100_000)
     engine.update_from_response({"prompt_tokens": 70, "completion_tokens": 7, "total_tokens": 77})
-    pipelines, threads = len(all_telemetry()), threading.active_count()
+    pipelines, threads = len(REGISTRY.pipelines()), threading.active_count()
 
     clone = copy.deepcopy(engine)
 
     assert clone is not engine and type(clone) is type(engine) and is_observed(clone)
     assert isinstance(clone, ContextEngine)
     assert observed_meta(clone) is observed_meta(engine)
-    assert observed_meta(clone).telemetry is observed_meta(engine).telemetry
-    assert len(all_telemetry()) == pipelines and threading.active_count() == threads
+    assert observed_meta(clone).pipeline is observed_meta(engine).pipeline
+    assert len(REGISTRY.pipelines()) == pipelines and threading.active_count() == threads
     if isinstance(engine, DuckEngine):
         assert deep_state(vars(clone._delegate)) == deep_state(vars(engine._delegate))
     else:
@@ -71,7 +71,7 @@ def test_deepcopy_after_hooks_queued_events_and_a_running_watchdog(observe_engin
     for _ in range(50):
         engine.should_compress(1)
     engine.compress(transcript(10))
-    telemetry = observed_meta(engine).telemetry
+    telemetry = observed_meta(engine).pipeline
     memo = {}
     clone = copy.deepcopy(engine, memo)
     copied_types = {type(v) for v in memo.values()}
@@ -86,7 +86,7 @@ def test_clone_for_agent_returns_an_observed_clone(observe_engine, finished_span
     assert clone is engine.last_result      # the inner's object, not a wrapper around it
     assert clone is not engine and clone.seed == 2
     assert is_observed(clone) and isinstance(clone, CloneableEngine) and isinstance(clone, ContextEngine)
-    assert observed_meta(clone).telemetry is observed_meta(engine).telemetry
+    assert observed_meta(clone).pipeline is observed_meta(engine).pipeline
     clone.should_compress(3)
     clone.compress(transcript(10))
     assert clone.calls == {"should_compress": 1, "compress": 1}
@@ -173,6 +173,6 @@ def test_many_threads_many_sessions_on_deep_copies(observe_engine, span_exporter
     assert per_conversation.pop(None) == THREADS * SESSIONS
     assert len(per_conversation) == THREADS * SESSIONS
     assert set(per_conversation.values()) == {len(HOOKS_PER_SESSION) - 1}
-    telemetry = observed_meta(template).telemetry
+    telemetry = observed_meta(template).pipeline
     assert telemetry.recorder.dropped == 0
     assert metric_points("hermes.context_engine.telemetry_errors", flush=False) == {}

@@ -49,8 +49,9 @@ from support.servers import PrometheusServer, free_port
 
 from dashboard.sample_data import scenario_rows
 from dashboard.views import fmt_int, fmt_pct, fmt_seconds, fmt_tokens
-from observed_engine import catalogue
-from observed_engine.store import StoreWriter, connect, make_row
+from observed_engine.contract import catalogue
+from observed_engine.contract.store_schema import make_row
+from observed_engine.store import StoreWriter, connect
 
 ROOT = Path(__file__).resolve().parent.parent
 APP = "../dashboard/app.py"        # relative to this file: <repo>/dashboard/app.py

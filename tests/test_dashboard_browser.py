@@ -35,7 +35,8 @@ from test_dashboard_apptest import drawn_sessions, pct0  # noqa: E402
 # the swappable feeds, shared with the AppTest module (fixtures: one of each per module)
 from test_dashboard_apptest import fed, metrics_endpoint, prometheus  # noqa: E402,F401
 
-from observed_engine.store import StoreWriter, make_row  # noqa: E402
+from observed_engine.contract.store_schema import make_row  # noqa: E402
+from observed_engine.store import StoreWriter  # noqa: E402
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from observed_engine.catalogue import BY_PROM_NAME, HISTOGRAM, METRICS, prometheus_series_names
+from observed_engine.contract.catalogue import BY_PROM_NAME, HISTOGRAM, METRICS, prometheus_series_names
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

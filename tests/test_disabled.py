@@ -1,8 +1,9 @@
 """observed.enabled: false installs no hook override: the hooks are the inner's own functions."""
 
 import observed_engine
-from observed_engine import hooks, observe
-from observed_engine.wrapper import is_observed
+from observed_engine import observe
+from observed_engine.contract import hooks
+from observed_engine import is_observed
 
 from support.engines import ScriptedEngine
 

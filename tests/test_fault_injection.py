@@ -24,11 +24,11 @@ from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
 
 import observed_engine
-from observed_engine import exporters as exporters_module
+from observed_engine.pipeline import exporters as exporters_module
 from observed_engine import observe
-from observed_engine import store as store_module
+from observed_engine.store import writer as store_module
 from observed_engine import tokens as tokens_module
-from observed_engine.telemetry import all_telemetry
+from observed_engine import REGISTRY
 from otlp_receiver import OtlpReceiver
 from reliability_support import (
     STANDARD_HOOKS,
@@ -62,7 +62,7 @@ def _debug_logs(caplog):
 
 
 def _only_pipeline():
-    pipelines = all_telemetry()
+    pipelines = REGISTRY.pipelines()
     assert len(pipelines) == 1, pipelines
     return pipelines[0]
 
@@ -186,7 +186,7 @@ def test_slow_otlp_endpoint_loses_nothing(tmp_path, caplog):
 
 
 class _StoreFault:
-    """Wraps ``observed_engine.store.connect``: while ``active``, new writer connections are
+    """Wraps ``observed_engine.store.writer.connect``: while ``active``, new writer connections are
     crippled the way the fault does it to a real database; a short busy timeout keeps
     lock tests quick (the production default is 5 s)."""
 

@@ -1,6 +1,7 @@
 """Hook-time message snapshots stay apart from malformed messages that look like them."""
 
-from observed_engine.messages import as_messages, message_problem, snapshot_messages
+from observed_engine.contract.events import as_messages, snapshot_messages
+from observed_engine.worker.messages import message_problem
 
 
 def test_a_tuple_message_is_malformed_not_a_snapshot():

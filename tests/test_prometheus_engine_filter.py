@@ -1,7 +1,7 @@
 """The dashboard's Prometheus source filtered by engine names that are awkward in PromQL.
 
 Engine names are arbitrary strings. The engine filter becomes a label matcher whose value is a
-Go-style double-quoted string holding an RE2 regex (``observed_engine.promql.one_of``); a name
+Go-style double-quoted string holding an RE2 regex (``observed_engine.contract.promql.one_of``); a name
 with a hyphen, a dot, a quote, a backslash or a regex operator must neither break the query
 (Prometheus answers HTTP 400 to an unknown escape sequence) nor match other engines (``b.c`` is
 not ``bxc``, ``a|b`` is not ``a``, ``\\d`` is not ``7``).
@@ -153,7 +153,7 @@ def test_dashboard_selector_goes_through_promql():
 @pytest.mark.prometheus
 def test_string_literal_round_trips_through_prometheus(frozen):
     """Prometheus' own parser reads promql.string(text) back as text (label_join's separator)."""
-    from observed_engine.promql import string
+    from observed_engine.contract.promql import string
 
     src, _end = frozen
     texts = ["".join(map(chr, range(32))) + "\x7f", 'q"uo\'te', "\\", "a\\\\b\\", "\\d\\n", "ünïcødé-引擎 🙂",

@@ -10,10 +10,11 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import observed_engine
-from observed_engine import catalogue, observe
+from observed_engine import observe
+from observed_engine.contract import catalogue
 from observed_engine.settings import PrometheusSettings
 from observed_engine.tokens import TokenCounter
-from observed_engine.wrapper import observed_meta
+from observed_engine.capture import observed_meta
 
 from support.engines import ScriptedEngine, SelectingEngine, transcript
 from support.servers import PrometheusServer, free_port, http_get, wait_until
@@ -96,8 +97,8 @@ def test_metrics_endpoint_serves_the_catalogue_names_with_exact_values():
     settings = prom_settings(port)
     eng = observe(SelectingEngine("scraped"), settings=settings)
     broken = observe(BrokenGaugeEngine("broken_gauge"), settings=settings)
-    telemetry = observed_meta(eng).telemetry
-    assert observed_meta(broken).telemetry is telemetry
+    telemetry = observed_meta(eng).pipeline
+    assert observed_meta(broken).pipeline is telemetry
     assert telemetry.built.prometheus_address == ("127.0.0.1", port)
     expected = drive_session(eng)
     # The recorder's queue drop path: counted through the same accounting the recorder uses.
@@ -201,7 +202,7 @@ def test_busy_port_logs_one_warning_and_the_engine_goes_on(caplog):
     warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1, [r.getMessage() for r in warnings]
     assert str(port) in warnings[0].getMessage() and "cannot listen" in warnings[0].getMessage()
-    assert observed_meta(eng).telemetry.built.prometheus_address is None
+    assert observed_meta(eng).pipeline.built.prometheus_address is None
 
 
 def _non_loopback_ip():
@@ -219,7 +220,7 @@ def test_default_bind_host_is_loopback():
     port = free_port()
     eng = observe(ScriptedEngine("bound"), settings={"prometheus": {"enabled": True, "port": port},
                                                       "store": {"enabled": False}})
-    assert observed_meta(eng).telemetry.built.prometheus_address == ("127.0.0.1", port)
+    assert observed_meta(eng).pipeline.built.prometheus_address == ("127.0.0.1", port)
     assert "hermes_context_window_tokens" in http_get(f"http://127.0.0.1:{port}/metrics")
     ip = _non_loopback_ip()
     if ip is not None:

@@ -1,4 +1,4 @@
-"""observed_engine.promql: the query shapes the Streamlit dashboard and the Grafana board share."""
+"""observed_engine.contract.promql: the query shapes the Streamlit dashboard and the Grafana board share."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from observed_engine import promql
-from observed_engine.catalogue import BY_KEY, prometheus_series_names
+from observed_engine.contract import promql
+from observed_engine.contract.catalogue import BY_KEY, prometheus_series_names
 
 ROOT = Path(__file__).resolve().parents[1]
 USERS = (ROOT / "dashboard" / "prometheus_source.py", ROOT / "deploy" / "grafana" / "build_dashboard.py")
@@ -35,7 +35,7 @@ def test_promql_shapes_for_dashboard_and_grafana():
 
 def test_promql_loads_without_the_package_for_the_grafana_generator():
     """build_dashboard.py loads promql.py by path with the standard library only."""
-    tree = ast.parse((ROOT / "observed_engine" / "promql.py").read_text())
+    tree = ast.parse((ROOT / "observed_engine" / "contract" / "promql.py").read_text())
     imported = {n.module if isinstance(n, ast.ImportFrom) else a.name
                 for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
                 for a in (n.names if isinstance(n, ast.Import) else [None])}
@@ -43,7 +43,7 @@ def test_promql_loads_without_the_package_for_the_grafana_generator():
 
 
 def test_dashboard_and_grafana_write_no_query_shapes_of_their_own():
-    """Rates, increases and percentiles go through observed_engine.promql; metric names come from the catalogue."""
+    """Rates, increases and percentiles go through observed_engine.contract.promql; metric names come from the catalogue."""
     names = prometheus_series_names()
     for path in USERS:
         tree = ast.parse(path.read_text())

@@ -137,7 +137,7 @@ def _leaks(pipeline, caplog):
     assert "hermes.context_engine.hook.calls" in labels
     if any(CANARY in text for text in labels):
         found["metric"] = {text for text in labels if CANARY in text}
-    from observed_engine.store import COLUMNS
+    from observed_engine.contract.store_schema import COLUMNS
 
     rows = store_rows(pipeline.settings["store"]["path"])
     assert len(rows) >= 20
@@ -192,9 +192,9 @@ def test_prometheus_listens_on_loopback_by_default():
     port = free_port()
     engine = observe(LedgerEngine(), settings={"prometheus": {"enabled": True, "port": port}, "store": False})
     engine.should_compress(1)
-    from observed_engine.wrapper import observed_meta
+    from observed_engine.capture import observed_meta
 
-    assert observed_meta(engine).telemetry.built.prometheus_address == ("127.0.0.1", port)
+    assert observed_meta(engine).pipeline.built.prometheus_address == ("127.0.0.1", port)
     listening = [c.laddr for c in psutil.Process(os.getpid()).net_connections(kind="inet")
                  if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
     assert listening and all(addr.ip == "127.0.0.1" for addr in listening), listening

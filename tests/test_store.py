@@ -19,9 +19,10 @@ import pytest
 
 import observed_engine
 from observed_engine import observe
-from observed_engine.store import StoreWriter, connect, make_row
+from observed_engine.contract.store_schema import make_row
+from observed_engine.store import StoreWriter, connect
 from observed_engine.tokens import TokenCounter
-from observed_engine.wrapper import observed_meta
+from observed_engine.capture import observed_meta
 
 from support.engines import ScriptedEngine, SelectingEngine, transcript
 from support.otel import make_providers
@@ -188,7 +189,7 @@ def test_rows_written_after_an_exclusive_lock_is_released(prov, tmp_path):
     eng.should_compress(1)
     flush()
     assert count_rows(path) == 1
-    store = observed_meta(eng).telemetry.store
+    store = observed_meta(eng).pipeline.store
 
     holder = sqlite3.connect(str(path), isolation_level=None, timeout=10)
     holder.execute("BEGIN EXCLUSIVE")
@@ -217,7 +218,7 @@ def test_a_lock_longer_than_the_busy_timeout_loses_nothing(prov, tmp_path, caplo
     eng = observed(ScriptedEngine("long_lock"), prov, path)
     eng.should_compress(1)
     flush()
-    store = observed_meta(eng).telemetry.store
+    store = observed_meta(eng).pipeline.store
     holder = sqlite3.connect(str(path), isolation_level=None, timeout=10)
     holder.execute("BEGIN EXCLUSIVE")
     try:
@@ -280,7 +281,7 @@ def test_unwritable_store_is_counted_logged_once_and_harmless(prov, tmp_path, ca
         hook_seconds = time.perf_counter() - t0
         assert results == [False, True, False] and len(out) == 2
         assert hook_seconds < 0.5
-        store = observed_meta(eng).telemetry.store
+        store = observed_meta(eng).pipeline.store
         # no further hook call: the error still reaches the metric
         assert wait_until(lambda: prov.total("hermes.context_engine.telemetry_errors", component="store") >= 1,
                           5, 0.05), caplog.text

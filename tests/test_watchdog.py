@@ -13,7 +13,7 @@ import pytest
 
 import observed_engine
 from observed_engine import observe
-from observed_engine.wrapper import observed_meta
+from observed_engine.capture import observed_meta
 
 from support.engines import ScriptedEngine, blocking_compress, transcript
 from support.otel import make_providers
@@ -111,7 +111,7 @@ def test_deadline_fires_while_the_call_is_still_blocked_then_late_completion(pro
 def test_a_thousand_concurrent_short_calls_start_no_thread_per_call(prov, store):
     eng = observed(ScriptedEngine("quick"), prov, store, timeout=5.0)
     eng.compress(transcript(10))          # warm-up: starts the watchdog's one thread
-    watchdog = observed_meta(eng).telemetry.watchdog
+    watchdog = observed_meta(eng).pipeline.watchdog
     assert watchdog.threads_started == 1
 
     n_threads, per_thread = 50, 20

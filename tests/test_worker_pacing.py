@@ -10,7 +10,7 @@ from __future__ import annotations
 import types
 
 from engines import NarrowEngine
-from observed_engine import processing
+from observed_engine.worker import processor as processing
 
 HOOK_CALLS = "hermes.context_engine.hook.calls"
 

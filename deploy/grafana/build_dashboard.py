@@ -5,8 +5,8 @@
     python deploy/grafana/build_dashboard.py --check  # exit 1 if the committed JSON is stale
 
 The board is built from small helpers so every query uses the same template-variable selector and
-every panel the same datasource variable. Metric names come from observed_engine/catalogue.py and
-the query shapes from observed_engine/promql.py, which the Streamlit dashboard's Prometheus source
+every panel the same datasource variable. Metric names come from observed_engine/contract/catalogue.py
+and the query shapes from observed_engine/contract/promql.py, which the Streamlit dashboard's Prometheus source
 uses too (tests/test_deploy.py checks the generated exprs against the catalogue).
 Standard library only, so it runs without the project installed: both modules are loaded by path.
 """
@@ -20,12 +20,13 @@ import sys
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "dashboards" / "hermes-context-engine.json"
-PACKAGE = Path(__file__).resolve().parents[2] / "observed_engine"
+CONTRACT = Path(__file__).resolve().parents[2] / "observed_engine" / "contract"
 
 
 def _load(name: str):
-    """observed_engine/<name>.py without importing the package (its __init__ needs OpenTelemetry)."""
-    spec = importlib.util.spec_from_file_location(f"_board_{name}", PACKAGE / f"{name}.py")
+    """observed_engine/contract/<name>.py (stdlib only) without importing the package (its
+    __init__ needs OpenTelemetry)."""
+    spec = importlib.util.spec_from_file_location(f"_board_{name}", CONTRACT / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up
     spec.loader.exec_module(mod)

@@ -82,7 +82,7 @@ def interleaved(engines: Dict[str, object], rounds: int = 5, n: int = 20_000) ->
     noise (layout, CPU frequency) that is larger than the effect being measured. After each round
     the engine's own worker drains its queue, so the next round does not pay for it.
     """
-    from observed_engine.wrapper import observed_meta
+    from observed_engine.capture import observed_meta
 
     names = list(engines)
     out: Dict[str, List[int]] = {name: [] for name in names}
@@ -93,5 +93,5 @@ def interleaved(engines: Dict[str, object], rounds: int = 5, n: int = 20_000) ->
             out[name].extend(hook_latencies(eng, n=n, warmup=500))
             meta = observed_meta(eng)
             if meta is not None:
-                meta.telemetry.recorder.flush(30)
+                meta.pipeline.recorder.flush(30)
     return out

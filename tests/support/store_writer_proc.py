@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import observed_engine  # noqa: E402
 from observed_engine import observe  # noqa: E402
-from observed_engine.wrapper import observed_meta  # noqa: E402
+from observed_engine.capture import observed_meta  # noqa: E402
 
 from support.engines import ScriptedEngine  # noqa: E402
 
@@ -24,7 +24,7 @@ from support.engines import ScriptedEngine  # noqa: E402
 def main() -> None:
     path, n, name, start_at = sys.argv[1], int(sys.argv[2]), sys.argv[3], float(sys.argv[4])
     eng = observe(ScriptedEngine(name), settings={"store": {"path": path}, "traces": False})
-    store = observed_meta(eng).telemetry.store
+    store = observed_meta(eng).pipeline.store
     while time.time() < start_at:
         time.sleep(0.001)
     t0 = time.perf_counter()

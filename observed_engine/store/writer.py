@@ -1,38 +1,11 @@
-"""The embedded telemetry store: one SQLite file, no server.
+"""The store writer: rows in batches on its own thread, into one SQLite file (WAL).
 
-One row per hook call or event, written in batches by a background thread
-(WAL mode, bounded queue, retention by age). Several Hermes processes may write
-the same file: each batch is one short transaction and SQLite's busy timeout
-serialises writers. The dashboard reads the same file (read-only).
-
-Schema (documented in docs/store-schema.md, version in ``meta``):
-
-``events``
-  ts              REAL     epoch seconds at the end of the call / the event
-  host            TEXT     hostname of the writing process
-  pid             INTEGER  process id of the writing process
-  session         TEXT     Hermes session id when known (never a metric label)
-  engine          TEXT     the inner engine's name
-  hook            TEXT     hook name (compress, should_compress, select_context, ...)
-  event           TEXT     'call' for a hook call; 'deadline_exceeded', 'late_completion',
-                           'host_reported' (timeouts); 'fail_open'; 'bad_input';
-                           'summary_failure' (compress returned after its summary model failed)
-  outcome         TEXT     'ok' / 'error' for calls; compress: 'compressed' / 'noop' / 'error';
-                           select_context: 'unchanged' / 'same_selection' / 'changed_selection' / 'fail_open';
-                           summary_failure: 'fallback_summary' / 'aborted'
-  reason          TEXT     fail-open reason, timeout failure kind, exception type, bad-input kind,
-                           summary failure cause ('auth' / 'network' / 'other')
-  duration_s      REAL     call duration (late_completion: the whole call)
-  prompt_tokens   INTEGER  engine.last_prompt_tokens after the call (-1 sentinel stored as 0)
-  threshold_tokens INTEGER engine.threshold_tokens after the call
-  window_tokens   INTEGER  engine.context_length after the call
-  tokens_before / tokens_after / messages_before / messages_after  INTEGER (compress, select_context)
-  cache_lost_tokens INTEGER prompt-cache prefix tokens a changed selection invalidated
-  input_tokens / output_tokens / cache_read_tokens / cache_write_tokens / reasoning_tokens INTEGER
-                           usage passed to update_from_response
-  tokenizer       TEXT     how token counts were made ('tiktoken:o200k_base' or 'estimate')
-  content         TEXT     message text, only when capture_content is on, else NULL
+Several Hermes processes may write the same file: each batch is one short
+transaction and SQLite's busy timeout serialises writers. The dashboard reads the
+same file read-only. The schema is part of the contract
+(``observed_engine.contract.store_schema``).
 """
+
 
 from __future__ import annotations
 
@@ -44,58 +17,11 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Callable, Iterable, Optional, Sequence
+from typing import Callable, Iterable, Optional
+
+from ..contract.store_schema import INSERT_SQL, SCHEMA_SQL, SCHEMA_VERSION
 
 logger = logging.getLogger("observed_engine.store")
-
-SCHEMA_VERSION = 1
-
-COLUMNS: Sequence[str] = (
-    "ts", "host", "pid", "session", "engine", "hook", "event", "outcome", "reason",
-    "duration_s", "prompt_tokens", "threshold_tokens", "window_tokens",
-    "tokens_before", "tokens_after", "messages_before", "messages_after",
-    "cache_lost_tokens", "input_tokens", "output_tokens", "cache_read_tokens",
-    "cache_write_tokens", "reasoning_tokens", "tokenizer", "content",
-)
-
-_COLUMN_TYPES = {
-    "ts": "REAL NOT NULL", "host": "TEXT", "pid": "INTEGER", "session": "TEXT",
-    "engine": "TEXT", "hook": "TEXT", "event": "TEXT NOT NULL", "outcome": "TEXT",
-    "reason": "TEXT", "duration_s": "REAL", "tokenizer": "TEXT", "content": "TEXT",
-}
-
-SCHEMA_SQL = (
-    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)",
-    "CREATE TABLE IF NOT EXISTS events (id INTEGER PRIMARY KEY, "
-    + ", ".join(f"{c} {_COLUMN_TYPES.get(c, 'INTEGER')}" for c in COLUMNS)
-    + ")",
-    # Time-range scans (retention, every dashboard view).
-    "CREATE INDEX IF NOT EXISTS events_ts ON events (ts)",
-    # Per-engine / per-hook views over a time range.
-    # Covering: outcome counts, churn, cache loss and latency samples are read from the index alone.
-    "CREATE INDEX IF NOT EXISTS events_engine_hook_ts_cover ON events "
-    "(engine, hook, ts, event, outcome, duration_s, cache_lost_tokens)",
-    # The sawtooth of one session.
-    "CREATE INDEX IF NOT EXISTS events_session_ts ON events (session, ts)",
-    # Timeout / fail-open tables: the rare non-call events, newest first.
-    "CREATE INDEX IF NOT EXISTS events_incidents ON events (ts) WHERE event != 'call'",
-    # Hook errors without a full scan.
-    "CREATE INDEX IF NOT EXISTS events_errors ON events (ts) WHERE outcome = 'error'",
-)
-
-INSERT_SQL = f"INSERT INTO events ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
-
-
-def default_store_path(hermes_home: Optional[str] = None) -> Path:
-    """HERMES_HOME/observed/telemetry.sqlite, resolving the home the way Hermes does."""
-    if hermes_home is None:
-        try:
-            from hermes_constants import get_hermes_home  # context-local override, HERMES_HOME, default
-
-            hermes_home = str(get_hermes_home())
-        except Exception:
-            hermes_home = os.environ.get("HERMES_HOME") or os.path.join(os.path.expanduser("~"), ".hermes")
-    return Path(hermes_home) / "observed" / "telemetry.sqlite"
 
 
 def connect(path: os.PathLike | str, *, readonly: bool = False, timeout: float = 5.0) -> sqlite3.Connection:
@@ -134,11 +60,6 @@ def _storable(row: tuple) -> tuple:
         else:
             out.append(None)
     return tuple(out)
-
-
-def make_row(**fields) -> tuple:
-    """A row tuple in COLUMNS order; missing fields are NULL."""
-    return tuple(map(fields.get, COLUMNS))
 
 
 class StoreWriter:
@@ -311,23 +232,3 @@ class StoreWriter:
             self._error("retention", exc)
 
 
-def schema_markdown() -> str:
-    """docs/store-schema.md, generated from this module (a test keeps the file current)."""
-    body = __doc__.split("Schema (documented in docs/store-schema.md, version in ``meta``):", 1)[1].strip()
-    lines = [
-        "# The embedded store's schema", "",
-        "One SQLite file (default `$HERMES_HOME/observed/telemetry.sqlite`), written by "
-        "`observed_engine.store.StoreWriter` in WAL mode, read (read-only) by the dashboard. "
-        f"Schema version: {SCHEMA_VERSION} (table `meta`, key `schema_version`). "
-        "Generated by `python -c \"from observed_engine.store import schema_markdown as s; print(s())\"`.", "",
-        "## Table `events`", "",
-        "One row per hook call (`event = 'call'`) or per event (timeouts, fail-opens, bad input).", "",
-        "```text", body, "```", "", "## DDL", "", "```sql",
-        *[stmt + ";" for stmt in SCHEMA_SQL], "```", "", "## Retention and writers", "",
-        "Rows older than `observed.store.retention_days` (default 14) are deleted by the writer at most every "
-        "10 minutes. Several processes may write one file: each batch is one `BEGIN IMMEDIATE` transaction and "
-        "SQLite's busy timeout (5 s) serialises them. A failed batch (locked, read-only, full disk) is kept in "
-        "memory up to the queue bound and retried; rows beyond the bound are dropped and counted in "
-        "`hermes_context_engine_telemetry_dropped_total{signal=\"store_row\"}`.",
-    ]
-    return "\n".join(lines) + "\n"

@@ -26,7 +26,7 @@ class _FlushMarker:
 class Recorder:
     def __init__(self, process_batch: Callable[[List[tuple]], None], capacity: int = 100_000,
                  enabled: bool = True, interval: float = 0.05,
-                 on_drop: Callable[[int], None] = lambda n: None) -> None:
+                 on_drop: Callable[[int], None] = lambda _n: None) -> None:
         self.queue: deque = deque()
         self.capacity = capacity
         self.enabled = enabled
@@ -39,7 +39,8 @@ class Recorder:
         self._wake = threading.Event()
         self._stopped = False
         self._thread = threading.Thread(target=self._run, name="observed-engine-worker", daemon=True)
-        self._thread.start()
+        if enabled:   # disabled: no hook records anything, so no thread is started at all
+            self._thread.start()
 
     # -- hook side ----------------------------------------------------------------
 
@@ -58,6 +59,8 @@ class Recorder:
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Block until every event pushed before this call has been processed."""
+        if not self.enabled:
+            return True     # nothing is ever recorded
         if self._stopped or not self._thread.is_alive():
             return False
         marker = _FlushMarker()
@@ -69,7 +72,8 @@ class Recorder:
         self.flush(timeout)
         self._stopped = True
         self._wake.set()
-        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
 
     # -- worker -------------------------------------------------------------------
 

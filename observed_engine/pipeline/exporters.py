@@ -12,7 +12,7 @@ import logging
 import os
 import socket
 from dataclasses import dataclass, field
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, PeriodicExportingMetricReader
@@ -20,7 +20,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from .settings import Settings
+from ..settings import Settings
 
 logger = logging.getLogger("observed_engine.exporters")
 
@@ -126,7 +126,7 @@ class CountingMetricExporter(_FailureCounting, MetricExporter):
         except Exception:
             return False
 
-    def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:
+    def shutdown(self, timeout_millis: float = 30_000, **_kwargs) -> None:
         try:
             self._inner.shutdown(timeout_millis=timeout_millis)
         except Exception:
@@ -249,10 +249,15 @@ def quiet_repeated_exporter_logs() -> None:
 
 
 def build_providers(settings: Settings, count_error: ErrorCounter,
-                    count_drop: Optional[Callable[[str, int], None]] = None) -> BuiltProviders:
+                    count_drop: Optional[Callable[[str, int], None]] = None, *,
+                    traces: bool = True, metrics: bool = True) -> BuiltProviders:
+    """Providers for the signals the caller did not bring its own provider for (``traces``,
+    ``metrics``), as the settings say: Prometheus /metrics and/or OTLP."""
     built = BuiltProviders()
-    want_prom = settings.metrics and settings.prometheus.enabled
-    want_otlp = settings.otlp.enabled
+    want_metrics = settings.metrics and metrics
+    want_traces = settings.traces and traces
+    want_prom = want_metrics and settings.prometheus.enabled
+    want_otlp = settings.otlp.enabled and (want_metrics or want_traces)
     if not (want_prom or want_otlp):
         return built
     resource = process_resource()
@@ -269,20 +274,20 @@ def build_providers(settings: Settings, count_error: ErrorCounter,
         except Exception as exc:
             count_error("exporter_otlp")
             logger.warning("observed-engine: cannot build the OTLP exporters (%s); OTLP is off", exc)
-    if metric_exporter is not None and settings.metrics:
+    if metric_exporter is not None and want_metrics:
         readers.append(PeriodicExportingMetricReader(
             CountingMetricExporter(metric_exporter, count_error, "exporter_otlp_metrics"),
             export_interval_millis=settings.otlp.export_interval_seconds * 1000,
             export_timeout_millis=settings.otlp.timeout_seconds * 1000,
         ))
     if readers:
-        # shutdown_on_exit=False: the SDK's own atexit shutdown would run before telemetry's atexit
+        # shutdown_on_exit=False: the SDK's own atexit shutdown would run before the registry's atexit
         # flush (registered earlier, so run later), which then exported into shut-down exporters and
-        # logged a bogus 'export failed' at every exit. telemetry._flush_at_exit flushes, then shuts down.
+        # logged a bogus 'export failed' at every exit. pipeline.registry flushes at exit, then shuts down.
         mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
         built.meter_provider = mp
         built.closers.append(lambda: mp.shutdown(timeout_millis=2000))
-    if span_exporter is not None and settings.traces:
+    if span_exporter is not None and want_traces:
         tp = TracerProvider(resource=resource, shutdown_on_exit=False)
         tp.add_span_processor(CountingBatchSpanProcessor(
             CountingSpanExporter(span_exporter, count_error, "exporter_otlp_traces"), count_drop,
@@ -295,7 +300,6 @@ def build_providers(settings: Settings, count_error: ErrorCounter,
 
 
 def _prometheus_reader(settings: Settings, built: BuiltProviders, count_error: Optional[ErrorCounter] = None):
-    from opentelemetry.exporter.prometheus import PrometheusMetricReader
     from prometheus_client import CollectorRegistry, start_http_server
 
     registry = CollectorRegistry()

@@ -11,7 +11,7 @@ from typing import Callable, Dict, Iterable
 
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 
-from .catalogue import COUNTER, HISTOGRAM, METRICS, OBSERVABLE_GAUGE, MetricSpec
+from ..contract.catalogue import COUNTER, HISTOGRAM, METRICS, OBSERVABLE_GAUGE, MetricSpec
 
 GaugeReader = Callable[[], Iterable[tuple]]   # yields (value, attributes dict)
 
@@ -44,7 +44,7 @@ def _create(meter: Meter, spec: MetricSpec, reader):
         if reader is None:
             raise ValueError(f"observable gauge {spec.key} needs a reader")
 
-        def callback(options: CallbackOptions, _reader=reader):
+        def callback(_options: CallbackOptions, _reader=reader):
             return [Observation(value, attrs) for value, attrs in _reader()]
 
         return meter.create_observable_gauge(

@@ -1,13 +1,15 @@
-"""One telemetry pipeline: providers, instruments, worker, watchdog, store.
+"""One telemetry pipeline: providers, instruments, recorder + worker, watchdog, store.
 
-``get_telemetry()`` returns the pipeline for a (providers, settings) pair; the
-plugin and every engine copy in a process share one. Nothing here runs on the
-hook path except ``start_live_span`` (compress and engine tools only).
+A pipeline serves every engine of one process configuration (providers, the
+process-wide ``observed:`` settings, the store path, the compress deadline): the
+plugin's engine, its copies and clones share one. ``Registry.get()`` returns it
+(``registry.py``). Nothing here runs on the hook path except ``start_live_span``
+(compress and engine tools only). The generated engine classes live with their
+pipeline (``generated_classes``), which capture fills in.
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import threading
 import time
@@ -18,13 +20,15 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
 
-from . import __version__
+from ..version import __version__
+from ..contract import spans as a
+from ..contract.events import DEADLINE_EXCEEDED, ENGINE_META_ATTRIBUTE, PUBLISH_ERRORS
+from ..settings import Settings
+from ..store import StoreWriter
+from ..worker import EventProcessor
 from .exporters import BuiltProviders, build_providers
 from .instruments import Instruments
-from .processing import EventProcessor
 from .recorder import Recorder
-from .settings import Settings
-from .store import StoreWriter
 from .watchdog import CompressionWatchdog
 
 logger = logging.getLogger("observed_engine")
@@ -32,19 +36,28 @@ logger = logging.getLogger("observed_engine")
 INSTRUMENTATION_NAME = "observed_engine"
 
 
-class Telemetry:
-    def __init__(self, settings: Settings, tracer_provider=None, meter_provider=None) -> None:
+class Pipeline:
+    def __init__(self, settings: Settings, tracer_provider=None, meter_provider=None, *,
+                 store_path=None, compress_timeout: float = 120.0, registry=None) -> None:
         self.settings = settings
+        self.registry = registry
+        # capture's generated classes for this pipeline's engines (capture/reclass.py)
+        self.generated_classes: Dict[tuple, type] = {}
         self._error_lock = threading.Lock()
         self._pending_errors: Dict[str, int] = {}
         self._pending_drops: Dict[str, int] = {}
         self._publish_pending = False
         self._flush_threads: Dict[int, threading.Thread] = {}
         self.built: BuiltProviders = BuiltProviders()
-        if tracer_provider is None and meter_provider is None and settings.enabled:
-            self.built = build_providers(settings, self.count_error, self.count_drop)
-            tracer_provider = self.built.tracer_provider
-            meter_provider = self.built.meter_provider
+        if settings.enabled and (tracer_provider is None or meter_provider is None):
+            # Each signal falls back on its own: a caller's tracer provider does not switch off
+            # the built-in Prometheus/OTLP metrics, nor a meter provider the OTLP spans.
+            self.built = build_providers(settings, self.count_error, self.count_drop,
+                                         traces=tracer_provider is None, metrics=meter_provider is None)
+            if tracer_provider is None:
+                tracer_provider = self.built.tracer_provider
+            if meter_provider is None:
+                meter_provider = self.built.meter_provider
         self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
         tp = tracer_provider or trace.get_tracer_provider()
@@ -56,13 +69,13 @@ class Telemetry:
         self._engines_lock = threading.Lock()
         self._engines: Dict[int, Any] = {}
 
-        self.compress_timeout = _resolve_compress_timeout(settings)
+        self.compress_timeout = float(compress_timeout)
         self.watchdog = CompressionWatchdog(self.compress_timeout, self._on_deadline)
         self.store: Optional[StoreWriter] = None
-        if settings.enabled and settings.store.enabled:
+        if settings.enabled and settings.store.enabled and store_path is not None:
             self.store = StoreWriter(
-                settings.store_path(), retention_days=settings.store.retention_days,
-                max_queue=settings.queue_size, on_error=lambda c, e: self.count_error(c),
+                store_path, retention_days=settings.store.retention_days,
+                max_queue=settings.queue_size, on_error=lambda c, _e: self.count_error(c),
                 on_drop=lambda n: self.count_drop("store_row", n),
             )
         self.instruments = Instruments(self.meter, {
@@ -75,6 +88,7 @@ class Telemetry:
             "compression_deadline": self._deadline_gauge,
         })
         self.processor = EventProcessor(self)
+        # enabled: false starts nothing: no hook is overridden, so no event ever comes
         self.recorder = Recorder(
             self.processor.process_batch, capacity=settings.queue_size, enabled=settings.enabled,
             on_drop=lambda n: self.count_drop("event", n),
@@ -109,7 +123,7 @@ class Telemetry:
         """
         recorder = getattr(self, "recorder", None)     # None while building providers
         if recorder is not None and recorder.enabled:
-            recorder.push(("publish_errors",))
+            recorder.push(PUBLISH_ERRORS)
 
     def take_pending_errors(self) -> Tuple[Dict[str, int], Dict[str, int]]:
         with self._error_lock:
@@ -131,6 +145,10 @@ class Telemetry:
                 ref = (lambda e=engine: e)
             self._engines[key] = ref
 
+    def forget_engine(self, engine) -> None:
+        """``unobserve()``: stop following this engine (its gauges, the worker's memory of it)."""
+        self._forget(id(engine))
+
     def _forget(self, key: int) -> None:
         with self._engines_lock:
             self._engines.pop(key, None)
@@ -143,12 +161,10 @@ class Telemetry:
 
     def _engine_gauge(self, which: int) -> Iterable[tuple]:
         """Per engine name, the instance closest to its window (max usage ratio)."""
-        from .wrapper import observed_meta
-
         best: Dict[str, tuple] = {}
         for engine in self.live_engines():
             try:
-                meta = observed_meta(engine)
+                meta = getattr(type(engine), ENGINE_META_ATTRIBUTE, None)
                 name = self.processor.engine_label(meta.inner_name if meta else type(engine).__name__)
                 prompt = _as_int(getattr(engine, "last_prompt_tokens", 0))
                 prompt = prompt if prompt > 0 else 0
@@ -184,20 +200,17 @@ class Telemetry:
 
     # -- live spans (compress, engine tools) ---------------------------------------
 
-    def start_live_span(self, name: str, engine, hook: str, tool: Optional[str] = None):
+    def start_live_span(self, name: Optional[str], engine_name: str, hook: str, tool: Any = None):
+        """Open a span on the hook path (compress; engine tools with ``name`` None and ``tool``)
+        and make it current, so the engine's own spans nest under it. (span, token) or (None, None)."""
         if not self.settings.traces:
             return None, None
         try:
-            from .wrapper import observed_meta
-
-            meta = observed_meta(engine)
-            attrs = {
-                "hermes.context_engine.name": meta.inner_name if meta else type(engine).__name__,
-                "hermes.context_engine.hook": hook,
-            }
-            if tool is not None:
-                attrs["gen_ai.operation.name"] = "execute_tool"
-                attrs["gen_ai.tool.name"] = str(tool)
+            attrs = {a.ENGINE_NAME: engine_name, a.HOOK: hook}
+            if name is None:
+                name = a.tool_span_name(tool)
+                attrs[a.OPERATION_NAME] = a.OPERATION_EXECUTE_TOOL
+                attrs[a.TOOL_NAME] = str(tool)
             span = self.tracer.start_span(name, attributes=attrs)
             token = otel_context.attach(trace.set_span_in_context(span))
             return span, token
@@ -210,13 +223,13 @@ class Telemetry:
     def _on_deadline(self, call, age: float) -> None:
         try:
             if call.span is not None:
-                call.span.add_event("hermes.context.compress.deadline_exceeded", {
-                    "hermes.context.compress.deadline_seconds": self.compress_timeout,
-                    "hermes.context.compress.elapsed_seconds": round(age, 3),
+                call.span.add_event(a.DEADLINE_EVENT, {
+                    a.DEADLINE_SECONDS: self.compress_timeout,
+                    a.ELAPSED_SECONDS: round(age, 3),
                 })
         except Exception:
             self.count_error("tracing")
-        self.recorder.push(("deadline_exceeded", call.engine, time.perf_counter_ns(), age))
+        self.recorder.push((DEADLINE_EXCEEDED, call.engine, time.perf_counter_ns(), age))
 
     # -- control --------------------------------------------------------------------
 
@@ -255,10 +268,8 @@ class Telemetry:
 
     def shutdown(self, timeout: float = 5.0) -> None:
         """Stop this pipeline: worker, watchdog, store writer, exporters (bounded by ``timeout``)."""
-        with _LOCK:
-            for key, entry in list(_PIPELINES.items()):
-                if entry[0] is self:
-                    del _PIPELINES[key]
+        if self.registry is not None:
+            self.registry.remove(self)
         self.recorder.stop(timeout)
         self.watchdog.stop()
         if self.store is not None:
@@ -275,73 +286,3 @@ def _as_int(value) -> int:
         return int(value)
     except Exception:
         return 0
-
-
-def _resolve_compress_timeout(settings: Settings) -> float:
-    if settings.compress_timeout_seconds:
-        return float(settings.compress_timeout_seconds)
-    hermes_config = None
-    try:
-        from hermes_cli.config import load_config
-
-        hermes_config = load_config()
-    except Exception:
-        pass
-    return settings.resolved_compress_timeout(hermes_config)
-
-
-# -- the process-wide registry ----------------------------------------------------------
-
-_LOCK = threading.Lock()
-_PIPELINES: Dict[tuple, Tuple[Telemetry, Any, Any]] = {}
-
-
-def get_telemetry(tracer_provider=None, meter_provider=None, settings=None) -> Telemetry:
-    parsed = Settings.from_mapping(settings)
-    # The resolved store path is part of the key: two Hermes homes in one process get two stores.
-    key = (id(tracer_provider), id(meter_provider), parsed, str(parsed.store_path()))
-    with _LOCK:
-        entry = _PIPELINES.get(key)
-        if entry is not None and entry[1] is tracer_provider and entry[2] is meter_provider:
-            return entry[0]
-        telemetry = Telemetry(parsed, tracer_provider, meter_provider)
-        _PIPELINES[key] = (telemetry, tracer_provider, meter_provider)
-        return telemetry
-
-
-def all_telemetry() -> List[Telemetry]:
-    with _LOCK:
-        return [entry[0] for entry in _PIPELINES.values()]
-
-
-def flush(timeout: float = 5.0) -> bool:
-    """Flush every pipeline in the process (events, store rows, exporters)."""
-    ok = True
-    for telemetry in all_telemetry():
-        ok = telemetry.flush(timeout) and ok
-    return ok
-
-
-def shutdown_all(timeout: float = 5.0) -> None:
-    with _LOCK:
-        entries = list(_PIPELINES.values())
-        _PIPELINES.clear()
-    for telemetry, _tp, _mp in entries:
-        try:
-            telemetry.shutdown(timeout)
-        except Exception:
-            pass
-
-
-@atexit.register
-def _flush_at_exit() -> None:
-    """Deliver what is pending, then stop the pipelines (and the providers built from settings,
-    which do not register their own atexit shutdown: see exporters.build_providers)."""
-    try:
-        flush(2.0)
-    except Exception:
-        pass
-    try:
-        shutdown_all(2.0)
-    except Exception:
-        pass

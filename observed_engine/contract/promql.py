@@ -4,7 +4,7 @@
 questions of the catalogue's metrics (per-label rates and increases, histogram percentiles,
 gauges per engine); the shapes are written once here. Every function returns a PromQL string.
 
-* ``metric``: a Prometheus series name from ``observed_engine.catalogue`` (``BY_KEY[key].prom_name``);
+* ``metric``: a Prometheus series name from ``observed_engine.contract.catalogue`` (``BY_KEY[key].prom_name``);
   ``suffix`` picks a histogram's ``_bucket`` / ``_sum`` / ``_count`` series;
 * ``by``: the grouping labels, in order (empty: aggregate everything);
 * ``sel``: the label matchers without braces, e.g. ``'engine=~"$engine"'`` ('' for none);

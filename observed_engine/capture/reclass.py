@@ -1,0 +1,205 @@
+"""Make an engine observable without changing what it does: re-class it.
+
+The host reads and writes engine attributes directly, looks some of them up on
+``type(engine)``, calls ``vars(engine)``, checks ``isinstance`` and compares
+returned lists by identity (docs/design/host-contract.md). A proxy object cannot
+honour all of that, so the inner instance is re-classed to a generated subclass of
+its own class. The subclass overrides only the traced hooks (capture/hook_forms.py);
+each override calls the original method and records a compact event. Everything
+else -- state, class-level guards, signatures, identity of results, exceptions --
+is the inner engine's own.
+
+Generated classes live with their pipeline (``pipeline.generated_classes``), so a
+pipeline that is shut down takes its classes with it.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import types
+from typing import Any, Callable, Dict, Optional
+
+from ..contract.events import ENGINE_META_ATTRIBUTE
+from ..contract.hooks import BY_NAME, HOOK_SPECS, is_wrapped
+from .hook_forms import make_hook
+from .state_reads import held_by_instance
+
+logger = logging.getLogger("observed_engine")
+
+MARKER = ENGINE_META_ATTRIBUTE
+
+
+class EngineMeta:
+    """Per generated class: its pipeline, the inner's identity and the host's ABC."""
+
+    __slots__ = ("pipeline", "inner_name", "inner_class", "exposed_name", "hooks", "engine_abc")
+
+    def __init__(self, pipeline, inner_name, inner_class, exposed_name, hooks, engine_abc):
+        self.pipeline = pipeline
+        self.inner_name = inner_name
+        self.inner_class = inner_class
+        self.exposed_name = exposed_name
+        self.hooks = hooks
+        self.engine_abc = engine_abc
+
+
+def is_observed(engine: Any) -> bool:
+    return getattr(type(engine), MARKER, None) is not None
+
+
+def observed_meta(engine: Any) -> Optional[EngineMeta]:
+    return getattr(type(engine), MARKER, None)
+
+
+def instrument_engine(inner: Any, pipeline, *, exposed_name: Optional[str] = None,
+                      engine_abc: Optional[type] = None) -> Any:
+    """Re-class ``inner`` so that ``pipeline`` observes it; returns ``inner``.
+
+    ``exposed_name``: the name the host selects the engine by (``observed`` for the
+    plugin), None for the inner's own. ``engine_abc``: the host's ``ContextEngine``
+    (the default-method check of the only-if-overridden hooks, and the virtual
+    subclass registration of duck-typed engines), None when no host is installed.
+    If the class cannot be extended, the engine is returned unobserved with a warning.
+    """
+    if is_observed(inner):
+        return inner
+    inner_cls = type(inner)
+    try:
+        inner_name = engine_name(inner)
+        # With telemetry disabled nothing is overridden: the hooks cost exactly what the bare ones do.
+        available = tuple(
+            spec.name for spec in HOOK_SPECS
+            if pipeline.settings.enabled and is_wrapped(inner, spec, engine_abc)
+        )
+        signatures = {name: _signature_of(inner, name) for name in available}
+        cls = _generated_class(inner_cls, pipeline, inner_name, exposed_name, available, signatures,
+                               held_by_instance(inner), engine_abc)
+        object.__setattr__(inner, "__class__", cls)
+    except Exception as exc:
+        logger.warning(
+            "observed-engine: cannot observe %s.%s (%s: %s); using it unobserved",
+            inner_cls.__module__, inner_cls.__qualname__, type(exc).__name__, exc,
+        )
+        pipeline.count_error("wrapper")
+        return inner
+    pipeline.register_engine(inner)
+    return inner
+
+
+def uninstrument_engine(engine: Any) -> Any:
+    """The inverse of :func:`instrument_engine`: ``engine`` back in its own class (copies made
+    while it was observed stay observed). Returns the engine; a no-op for an unobserved one."""
+    meta = observed_meta(engine)
+    if meta is None:
+        return engine
+    object.__setattr__(engine, "__class__", meta.inner_class)
+    meta.pipeline.forget_engine(engine)
+    return engine
+
+
+def engine_name(inner) -> str:
+    """The engine's own name (its ``name`` attribute), else its class name."""
+    try:
+        name = inner.name
+        if isinstance(name, str) and name:
+            return name
+    except Exception:
+        pass
+    return type(inner).__name__
+
+
+# -- class generation ------------------------------------------------------------
+
+def _generated_class(inner_cls, pipeline, inner_name, exposed, available, signatures, state_in_instance,
+                     engine_abc):
+    sig_key = tuple((n, str(signatures.get(n))) for n in available)
+    key = (inner_cls, inner_name, exposed, sig_key, state_in_instance, engine_abc)
+    classes: Dict[tuple, type] = pipeline.generated_classes
+    cached = classes.get(key)
+    if cached is not None:
+        return cached
+
+    meta = EngineMeta(pipeline, inner_name, inner_cls, exposed, available, engine_abc)
+    namespace: Dict[str, Any] = {
+        "__slots__": (),
+        "__module__": inner_cls.__module__,
+        "__qualname__": inner_cls.__qualname__,
+        "__doc__": inner_cls.__doc__,
+        MARKER: meta,
+    }
+    # The class is needed by the hook closures (super()), so fill them in after creation.
+    metaclass = type(inner_cls)
+    cls = metaclass(inner_cls.__name__, (inner_cls,), namespace)
+
+    def observe_copy(copy):   # clone_for_agent(): the clone comes back observed too
+        return instrument_engine(copy, pipeline, exposed_name=exposed, engine_abc=engine_abc)
+
+    for name in available:
+        original = _original_caller(cls, inner_cls, name)
+        fn = make_hook(cls, BY_NAME[name], original, pipeline, meta, state_in_instance, observe_copy)
+        _copy_identity(fn, inner_cls, name, signatures.get(name))
+        setattr(cls, name, fn)
+
+    if exposed is not None:
+        setattr(cls, "name", property(lambda _self, _n=exposed: _n, doc="Engine name the host selects by."))
+
+    if engine_abc is not None:
+        try:
+            if not issubclass(cls, engine_abc):
+                # Duck-typed engine: a virtual subclass passes the plugin manager's isinstance
+                # check without mixing the ABC's class attributes into the lookup chain.
+                engine_abc.register(cls)
+        except Exception:
+            pass
+    classes[key] = cls
+    return cls
+
+
+def _signature_of(inner, name) -> Optional[inspect.Signature]:
+    """The signature the host sees on the bare engine, with ``self`` put back in front."""
+    try:
+        sig = inspect.signature(getattr(inner, name))
+    except (TypeError, ValueError):
+        return None
+    params = list(sig.parameters.values())
+    self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
+    try:
+        return sig.replace(parameters=[self_param] + params)
+    except ValueError:
+        return None
+
+
+def _original_caller(cls, inner_cls, name) -> Callable:
+    """A function ``(self, *args, **kwargs)`` calling the method the bare engine would call."""
+    try:
+        raw = inspect.getattr_static(inner_cls, name)
+    except AttributeError:
+        raw = None
+    if isinstance(raw, types.FunctionType):
+        return raw  # the common case: a plain method, called directly
+    if raw is not None:
+        def via_super(self, *args, __name=name, **kwargs):
+            return getattr(super(cls, self), __name)(*args, **kwargs)
+        return via_super
+    # Provided by the class's __getattr__ (a forwarding wrapper engine).
+    getattr_hook = getattr(inner_cls, "__getattr__")
+
+    def via_getattr(self, *args, __name=name, **kwargs):
+        return getattr_hook(self, __name)(*args, **kwargs)
+    return via_getattr
+
+
+def _copy_identity(fn, inner_cls, name, signature) -> None:
+    try:
+        original = inspect.getattr_static(inner_cls, name)
+    except AttributeError:
+        original = None
+    if isinstance(original, types.FunctionType):
+        functools.update_wrapper(fn, original)
+    else:
+        fn.__name__ = name
+        fn.__qualname__ = f"{inner_cls.__qualname__}.{name}"
+    if signature is not None:
+        fn.__signature__ = signature

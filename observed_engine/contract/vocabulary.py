@@ -1,0 +1,108 @@
+"""The words every side uses: outcomes, event kinds, reasons, alerts and their severities.
+
+Defined once here; the worker writes them into spans, metrics and store rows, the
+dashboard reads them back, the alert rules and the docs are checked against them
+(tests/contract). Renaming one is a change of the public contract
+(shared/design/telemetry-contract.md): add, never rename without a migration note.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Tuple
+
+# -- hook calls ---------------------------------------------------------------------
+CALL_OK = "ok"
+CALL_ERROR = "error"
+CALL_OUTCOMES: Tuple[str, ...] = (CALL_OK, CALL_ERROR)
+
+# -- compress() -----------------------------------------------------------------------
+COMPRESSED = "compressed"
+NOOP = "noop"
+TIMEOUT = "timeout"
+COMPRESS_OUTCOMES: Tuple[str, ...] = (COMPRESSED, NOOP, CALL_ERROR, TIMEOUT)
+LATE = "late"        # store outcome of a late_completion row whose compress() returned normally
+
+# -- compression past its deadline (metric kind, store event) -------------------------
+DEADLINE_EXCEEDED = "deadline_exceeded"
+HOST_REPORTED = "host_reported"
+LATE_COMPLETION = "late_completion"
+TIMEOUT_KINDS: Tuple[str, ...] = (DEADLINE_EXCEEDED, HOST_REPORTED, LATE_COMPLETION)
+UNSPECIFIED = "unspecified"   # a host_reported row whose host gave no failure_kind
+
+# -- summary failures: compress() returned although the summary model failed ----------
+FALLBACK_SUMMARY = "fallback_summary"
+ABORTED = "aborted"
+SUMMARY_FAILURE_KINDS: Tuple[str, ...] = (FALLBACK_SUMMARY, ABORTED)
+CAUSE_AUTH = "auth"
+CAUSE_NETWORK = "network"
+CAUSE_OTHER = "other"
+SUMMARY_FAILURE_CAUSES: Tuple[str, ...] = (CAUSE_AUTH, CAUSE_NETWORK, CAUSE_OTHER)
+
+# -- fail-open: the host swallowed a hook's failure and went on -----------------------
+FAIL_OPEN = "fail_open"
+REASON_EXCEPTION = "exception"
+REASON_INVALID_RETURN = "invalid_return"
+FAIL_OPEN_REASONS: Tuple[str, ...] = (REASON_EXCEPTION, REASON_INVALID_RETURN)
+
+# -- select_context ---------------------------------------------------------------------
+UNCHANGED = "unchanged"
+SAME_SELECTION = "same_selection"
+CHANGED_SELECTION = "changed_selection"
+SELECTION_RESULTS: Tuple[str, ...] = (UNCHANGED, SAME_SELECTION, CHANGED_SELECTION, FAIL_OPEN)
+
+# -- usage passed to update_from_response ---------------------------------------------
+TOKEN_TYPES: Tuple[str, ...] = ("prompt", "completion", "cache_read", "cache_write", "reasoning")
+
+# -- compression tokens/messages histograms ---------------------------------------------
+STAGES: Tuple[str, ...] = ("before", "after")
+
+# -- telemetry drops ----------------------------------------------------------------------
+DROP_EVENT = "event"
+DROP_STORE_ROW = "store_row"
+DROP_SPAN = "span"
+DROP_SIGNALS: Tuple[str, ...] = (DROP_EVENT, DROP_STORE_ROW, DROP_SPAN)
+
+# -- store rows: the ``event`` column -------------------------------------------------------
+EVENT_CALL = "call"
+EVENT_BAD_INPUT = "bad_input"
+EVENT_SUMMARY_FAILURE = "summary_failure"
+STORE_EVENTS: Tuple[str, ...] = (EVENT_CALL,) + TIMEOUT_KINDS + (FAIL_OPEN, EVENT_BAD_INPUT,
+                                                                  EVENT_SUMMARY_FAILURE)
+# The rare rows an operator looks at one by one (every store event but calls and bad input).
+INCIDENT_EVENTS: Tuple[str, ...] = TIMEOUT_KINDS + (FAIL_OPEN, EVENT_SUMMARY_FAILURE)
+
+# -- tokenizer ------------------------------------------------------------------------------
+TOKENIZER_ESTIMATE = "estimate"      # counts are a labelled estimate (no tiktoken encoding)
+TOKENIZER_TIKTOKEN_PREFIX = "tiktoken:"
+
+# -- alerts (deploy/prometheus/alerts.yml) and their severities -------------------------------
+CRITICAL = "critical"
+WARNING = "warning"
+INFO = "info"
+SEVERITIES: Tuple[str, ...] = (CRITICAL, WARNING, INFO)
+
+ALERT_COMPRESSION_TIMEOUT = "HermesContextCompressionTimeout"
+ALERT_FAIL_OPEN = "HermesContextEngineFailOpen"
+ALERT_COMPRESSION_STUCK = "HermesContextCompressionStuck"
+ALERT_NEAR_WINDOW = "HermesContextNearWindow"
+ALERT_COMPRESSION_ERRORS = "HermesContextCompressionErrors"
+ALERT_SUMMARY_FAILING = "HermesContextSummaryFailing"
+ALERT_TELEMETRY_ERRORS = "HermesObservedTelemetryErrors"
+
+# alert name -> severity label. HermesContextSummaryFailing's is a template in the rule:
+# critical for an auth cause (it does not heal by itself), else warning (summary_failure_severity).
+ALERT_SEVERITIES: Dict[str, str] = {
+    ALERT_COMPRESSION_TIMEOUT: WARNING,
+    ALERT_FAIL_OPEN: WARNING,
+    ALERT_COMPRESSION_STUCK: CRITICAL,
+    ALERT_NEAR_WINDOW: WARNING,
+    ALERT_COMPRESSION_ERRORS: WARNING,
+    ALERT_SUMMARY_FAILING: WARNING,
+    ALERT_TELEMETRY_ERRORS: INFO,
+}
+ALERT_NAMES: Tuple[str, ...] = tuple(ALERT_SEVERITIES)
+
+
+def summary_failure_severity(cause: str | None) -> str:
+    """HermesContextSummaryFailing's severity for a cause, as the rule's template computes it."""
+    return CRITICAL if cause == CAUSE_AUTH else WARNING

@@ -1,0 +1,138 @@
+"""The pipeline and its registry: one per process configuration, providers per signal,
+nothing started when disabled, ``unobserve()``, and a plugin ``register()`` that never raises.
+
+Each test here failed before the re-seam that introduced ``observed_engine.pipeline``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import urllib.request
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import observed_engine
+from observed_engine import REGISTRY, Registry, is_observed, observe, unobserve
+from observed_engine.api import pipeline_of
+from engines import NarrowEngine, transcript
+from otlp_receiver import OtlpReceiver
+from support.servers import free_port
+
+
+def _observed_threads():
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("observed-engine"))
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return response.read().decode()
+
+
+def test_a_tracer_provider_alone_keeps_the_builtin_prometheus_metrics(store_path):
+    """Passing only a tracer provider used to switch the built-in exporters off for both signals."""
+    port = free_port()
+    spans = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(spans))
+    engine = observe(NarrowEngine(), tracer_provider=tp,
+                     settings={"prometheus": {"enabled": True, "port": port}, "store": {"path": str(store_path)}})
+    engine.should_compress(10)
+    assert observed_engine.flush(5.0)
+    assert "hermes_context_engine_hook_calls_total" in _scrape(port)       # metrics: built from settings
+    assert [s.name for s in spans.get_finished_spans()] == ["context_engine.should_compress"]   # spans: ours
+    assert pipeline_of(engine).built.tracer_provider is None
+
+
+def test_a_meter_provider_alone_keeps_the_builtin_otlp_spans(store_path):
+    reader = InMemoryMetricReader()
+    mp = MeterProvider(metric_readers=[reader])
+    with OtlpReceiver(grpc_enabled=False) as receiver:
+        engine = observe(NarrowEngine(), meter_provider=mp, settings={
+            "otlp": {"enabled": True, "protocol": "http/protobuf", "endpoint": receiver.http_endpoint},
+            "store": {"path": str(store_path)}})
+        engine.compress(transcript(10))
+        assert observed_engine.flush(10.0)
+        deadline = time.monotonic() + 10
+        while "context_engine.compress" not in receiver.span_names() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert "context_engine.compress" in receiver.span_names()           # spans: built from settings
+    names = {m.name for rm in reader.get_metrics_data().resource_metrics
+             for sm in rm.scope_metrics for m in sm.metrics}
+    assert "hermes.context_engine.hook.calls" in names                      # metrics: ours
+    assert pipeline_of(engine).built.meter_provider is None
+
+
+def test_engines_differing_only_in_name_share_one_pipeline(store_path, caplog):
+    """The per-engine keys (name, inner) used to be part of the pipeline key: a second store
+    writer thread on the same file and a second Prometheus server that failed to bind."""
+    port = free_port()
+    common = {"prometheus": {"enabled": True, "port": port}, "store": {"path": str(store_path)}}
+    with caplog.at_level(logging.WARNING, logger="observed_engine"):
+        first = observe(NarrowEngine(), settings={**common, "name": "observed"})
+        second = observe(NarrowEngine(), settings={**common, "name": "other", "inner": "lcm"})
+    assert pipeline_of(first) is pipeline_of(second)
+    assert len(REGISTRY.pipelines()) == 1
+    assert _observed_threads().count("observed-engine-store") == 1
+    assert not [r for r in caplog.records if "cannot listen" in r.getMessage()]
+    assert first.name == "observed" and second.name == "other"               # the names stay per engine
+    first.should_compress(1)
+    second.should_compress(2)
+    assert observed_engine.flush(5.0)
+    assert 'hook="should_compress"' in _scrape(port)
+
+
+def test_disabled_starts_no_thread(store_path):
+    before = _observed_threads()
+    engine = observe(NarrowEngine(), settings={"enabled": False, "store": {"path": str(store_path)}})
+    engine.should_compress(1)
+    engine.compress(transcript(10))
+    assert observed_engine.flush(1.0)
+    assert _observed_threads() == before
+    assert not store_path.exists()
+
+
+def test_a_registry_of_its_own_keeps_its_pipelines(store_path):
+    registry = Registry()
+    engine = observe(NarrowEngine(), settings={"store": {"path": str(store_path)}}, registry=registry)
+    assert pipeline_of(engine) in registry.pipelines()
+    assert pipeline_of(engine) not in REGISTRY.pipelines()
+    engine.should_compress(1)
+    assert registry.flush(5.0)
+    registry.shutdown(5.0)
+    assert registry.pipelines() == []
+
+
+def test_unobserve_puts_the_engine_back_in_its_class(observe_engine, finished_spans):
+    inner = NarrowEngine()
+    engine = observe_engine(inner)
+    copy_made_while_observed = engine.clone_for_agent() if hasattr(engine, "clone_for_agent") else None
+    pipeline = pipeline_of(engine)
+    engine.should_compress(1)
+    assert unobserve(engine) is inner and type(inner) is NarrowEngine and not is_observed(inner)
+    assert inner not in pipeline.live_engines()
+    inner.should_compress(2)
+    inner.compress(transcript(10))
+    names = [s.name for s in finished_spans()]
+    assert names == ["context_engine.should_compress"]                  # only the call made while observed
+    assert unobserve(inner) is inner                                      # a no-op now
+    if copy_made_while_observed is not None:
+        assert is_observed(copy_made_while_observed)
+    assert is_observed(observe_engine(inner))                              # and it can be observed again
+
+
+def test_register_never_raises_when_hermes_refuses_the_engine(caplog):
+    from observed_engine import hermes_plugin
+
+    class RefusingContext:
+        def register_context_engine(self, engine):
+            raise TypeError("not a ContextEngine")
+
+    with caplog.at_level(logging.ERROR, logger="observed_engine.hermes_plugin"):
+        hermes_plugin.register(RefusingContext())            # used to raise out of register()
+    assert any("refused the observed engine" in r.getMessage() for r in caplog.records)
