@@ -27,6 +27,7 @@ logger = logging.getLogger("observed_engine.host")
 DISTRIBUTIONS = ("hermes-agent", "hermes_agent")
 ENTRY_POINTS_GROUP = "hermes_agent.plugins"
 DEFAULT_COMPRESS_TIMEOUT = 120.0
+MAX_COMPRESS_TIMEOUT = 7 * 86400.0   # beyond: not a deadline (inf, 1e308), the default applies
 
 
 # -- the engine interface -------------------------------------------------------------
@@ -130,7 +131,7 @@ def host_compress_timeout(config: Optional[Mapping[str, Any]]) -> Optional[float
     """``compression.context_timeout_seconds`` when it is a positive number, else None."""
     try:
         value = ((config or {}).get("compression") or {}).get("context_timeout_seconds")
-        if value is not None and float(value) > 0:
+        if value is not None and 0 < float(value) <= MAX_COMPRESS_TIMEOUT:   # NaN compares False
             return float(value)
     except (TypeError, ValueError, AttributeError):
         pass

@@ -6,6 +6,7 @@ key, what was found and the default, so an operator can fix ``config.yaml``.
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -104,6 +105,18 @@ class Settings:
 
 _SECTIONS = {"store": StoreSettings, "prometheus": PrometheusSettings, "otlp": OtlpSettings}
 
+# Upper bounds of the numeric keys (beyond them a value is a typo, and an unbounded wait
+# would overflow the watchdog's and the exporters' timers). Every number must also be finite.
+_MAXIMUM = {
+    "observed.compress_timeout_seconds": 7 * 86400.0,
+    "observed.queue_size": 10_000_000,
+    "observed.max_label_values": 100_000,
+    "observed.store.retention_days": 36_500.0,
+    "observed.prometheus.port": 65_535,
+    "observed.otlp.export_interval_seconds": 86_400.0,
+    "observed.otlp.timeout_seconds": 3_600.0,
+}
+
 
 def _parse_section(dc, mapping: Mapping[str, Any], prefix: str) -> dict:
     known = {f.name: f for f in fields(dc)}
@@ -150,8 +163,9 @@ def _coerce(path: str, raw: Any, default: Any, type_name: Any) -> Any:
             value = int(raw)
         except ValueError:
             raise SettingsError(f"{path}: expected a whole number, got {raw!r}; default {default!r}") from None
-        if value <= 0 or (path.endswith(".port") and value > 65535):
-            raise SettingsError(f"{path}: {value} is out of range; default {default!r}")
+        if value <= 0 or value > _MAXIMUM.get(path, value):
+            raise SettingsError(f"{path}: {value} is out of range (1 to {_MAXIMUM.get(path, 'any')}); "
+                                f"default {default!r}")
         return value
     if "float" in t:
         if isinstance(raw, bool):
@@ -160,8 +174,11 @@ def _coerce(path: str, raw: Any, default: Any, type_name: Any) -> Any:
             value = float(raw)
         except (TypeError, ValueError):
             raise SettingsError(f"{path}: expected a number, got {raw!r}; default {default!r}") from None
-        if value <= 0:
-            raise SettingsError(f"{path}: must be positive, got {raw!r}; default {default!r}")
+        if not math.isfinite(value) or value <= 0:
+            raise SettingsError(f"{path}: must be a positive, finite number, got {raw!r}; default {default!r}")
+        if value > _MAXIMUM.get(path, value):
+            raise SettingsError(f"{path}: {raw!r} is out of range (at most {_MAXIMUM[path]:g}); "
+                                f"default {default!r}")
         return value
     if "str" in t:
         if not isinstance(raw, str) or not raw.strip():

@@ -272,11 +272,16 @@ def _make_compress_hook(idx, original, pipeline, meta):
         messages = args[0] if args else kwargs.get("messages")
         before = _snapshot_messages(messages)
         span, token = pipeline.start_live_span(_COMPRESS_SPAN, meta.inner_name, "compress")
-        return span, token, (before, watchdog.start(self, meta.inner_name, span))
+        try:
+            watch = watchdog.start(self, meta.inner_name, span)
+        except Exception:      # never worth failing the host's compress() for
+            watch = None
+            pipeline.count_error("watchdog")
+        return span, token, (before, watch)
 
     def finish(self, started, result, exc):
         before, watch = started
-        late = watchdog.finish(watch)
+        late = watchdog.finish(watch) if watch is not None else False
         if exc is not None:
             return CompressCapture(before, None, late, None, None)
         return CompressCapture(before, _snapshot_messages(result), late, read_state(self), read_summary(self))
@@ -304,15 +309,24 @@ def _make_guarded_hook(idx, original, pipeline, start, finish):
     engine's own spans nest under it), the others only capture the parent context.
     ``finish(self, started, result, exc) -> extra`` runs right after it, before a live
     span's context is detached. Spans are finished by the worker.
+
+    Neither may reach the host: a ``start`` that raises (it reads the host's arguments)
+    leaves the call untraced, a ``finish`` that raises leaves the event without its extra;
+    both are counted (component ``hook``). The inner's result or exception is the host's.
     """
     recorder = pipeline.recorder
     running = _guarded_running
+    count_error = pipeline.count_error
 
     def hook(self, *args, **kwargs):
         outer = _inside.engine
         if outer is self:   # the engine calling its own hook: not a host call, not traced
             return original(self, *args, **kwargs)
-        span, token, started = start(self, args, kwargs)
+        try:
+            span, token, started = start(self, args, kwargs)
+        except Exception:
+            count_error("hook")
+            return original(self, *args, **kwargs)
         _inside.engine = self
         running.append(None)
         result = exc = None
@@ -327,7 +341,11 @@ def _make_guarded_hook(idx, original, pipeline, start, finish):
             t1 = perf_counter_ns()
             _inside.engine = outer
             running.pop()
-            extra = finish(self, started, result, exc)
+            try:
+                extra = finish(self, started, result, exc)
+            except Exception:
+                extra = None
+                count_error("hook")
             _detach(token)
             recorder.push((idx, self, t0, t1, exc, args, kwargs, result, span, extra))
 

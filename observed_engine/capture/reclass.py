@@ -23,6 +23,7 @@ from typing import Any, Callable, Dict, Optional
 
 from ..contract.events import ENGINE_META_ATTRIBUTE
 from ..contract.hooks import BY_NAME, HOOK_SPECS, is_wrapped
+from ..contract.identifiers import identifier
 from .hook_forms import make_hook
 from .state_reads import held_by_instance
 
@@ -100,14 +101,14 @@ def uninstrument_engine(engine: Any) -> Any:
 
 
 def engine_name(inner) -> str:
-    """The engine's own name (its ``name`` attribute), else its class name."""
+    """The engine's own name (its ``name`` attribute), else its class name; as a safe identifier."""
     try:
         name = inner.name
         if isinstance(name, str) and name:
-            return name
+            return identifier(name)
     except Exception:
         pass
-    return type(inner).__name__
+    return identifier(type(inner).__name__)
 
 
 # -- class generation ------------------------------------------------------------

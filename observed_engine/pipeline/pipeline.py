@@ -23,9 +23,13 @@ from opentelemetry import trace
 from ..version import __version__
 from ..contract import spans as a
 from ..contract.events import DEADLINE_EXCEEDED, ENGINE_META_ATTRIBUTE, PUBLISH_ERRORS
+from ..contract.identifiers import identifier
 from ..settings import Settings
 from ..store import StoreWriter
+from ..capture.state_reads import read_state
+from ..contract.events import MISSING, STATE_FIELDS
 from ..worker import EventProcessor
+from ..worker.state import static_class_value
 from .exporters import BuiltProviders, build_providers
 from .instruments import Instruments
 from .recorder import Recorder
@@ -70,7 +74,7 @@ class Pipeline:
         self._engines: Dict[int, Any] = {}
 
         self.compress_timeout = float(compress_timeout)
-        self.watchdog = CompressionWatchdog(self.compress_timeout, self._on_deadline)
+        self.watchdog = CompressionWatchdog(self.compress_timeout, self._on_deadline, self.count_error)
         self.store: Optional[StoreWriter] = None
         if settings.enabled and settings.store.enabled and store_path is not None:
             self.store = StoreWriter(
@@ -160,16 +164,21 @@ class Pipeline:
         return [e for e in (r() for r in refs) if e is not None]
 
     def _engine_gauge(self, which: int) -> Iterable[tuple]:
-        """Per engine name, the instance closest to its window (max usage ratio)."""
+        """Per engine name, the instance closest to its window (max usage ratio). Runs on the
+        exporter's thread (a scrape): no engine code."""
         best: Dict[str, tuple] = {}
         for engine in self.live_engines():
             try:
                 meta = getattr(type(engine), ENGINE_META_ATTRIBUTE, None)
                 name = self.processor.engine_label(meta.inner_name if meta else type(engine).__name__)
-                prompt = _as_int(getattr(engine, "last_prompt_tokens", 0))
+                # Read as the hook path does (instance dict, then plain class attributes): a
+                # property or __getattr__ is engine code, which may block on the lock its
+                # compress() holds, exactly when the stuck-compression series are needed.
+                state = static_state(engine)
+                if not all(value is MISSING or type(value) in (int, float) for value in state):
+                    continue      # a property or an odd value: not readable without running engine code
+                prompt, threshold, window = (_as_int(value) for value in state)
                 prompt = prompt if prompt > 0 else 0
-                threshold = _as_int(getattr(engine, "threshold_tokens", 0))
-                window = _as_int(getattr(engine, "context_length", 0))
                 ratio = (prompt / window) if window > 0 else 0.0
                 values = (prompt, threshold, window, ratio)
                 if name not in best or ratio > best[name][3]:
@@ -208,9 +217,10 @@ class Pipeline:
         try:
             attrs = {a.ENGINE_NAME: engine_name, a.HOOK: hook}
             if name is None:
+                tool = identifier(tool)      # the host's argument: its __str__ may raise
                 name = a.tool_span_name(tool)
                 attrs[a.OPERATION_NAME] = a.OPERATION_EXECUTE_TOOL
-                attrs[a.TOOL_NAME] = str(tool)
+                attrs[a.TOOL_NAME] = tool
             span = self.tracer.start_span(name, attributes=attrs)
             token = otel_context.attach(trace.set_span_in_context(span))
             return span, token
@@ -281,7 +291,17 @@ class Pipeline:
         closer.join(timeout)
 
 
+def static_state(engine) -> tuple:
+    """The STATE_FIELDS of ``engine`` without running engine code (MISSING ones from plain
+    class attributes; a property, or nothing at all, reads as the descriptor / MISSING)."""
+    raw = read_state(engine)
+    return tuple(static_class_value(type(engine), name) if value is MISSING else value
+                 for name, value in zip(STATE_FIELDS, raw))
+
+
 def _as_int(value) -> int:
+    if type(value) is not int and type(value) is not float:
+        return 0
     try:
         return int(value)
     except Exception:

@@ -66,7 +66,7 @@ class Recorder:
         marker = _FlushMarker()
         self.queue.append(marker)
         self._wake.set()
-        return marker.done.wait(timeout)
+        return marker.done.wait(min(max(timeout, 0.0), threading.TIMEOUT_MAX))
 
     def stop(self, timeout: float = 5.0) -> None:
         self.flush(timeout)

@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
+
+logger = logging.getLogger("observed_engine")
+_MAX_WAIT = min(3600.0, threading.TIMEOUT_MAX)
 
 
 class _Call:
@@ -30,9 +34,12 @@ class _Call:
 
 
 class CompressionWatchdog:
-    def __init__(self, timeout_seconds: float, on_deadline: Callable[[_Call, float], None]) -> None:
+    def __init__(self, timeout_seconds: float, on_deadline: Callable[[_Call, float], None],
+                 on_error: Callable[[str], None] = lambda _component: None) -> None:
         self.timeout_seconds = float(timeout_seconds)
         self._on_deadline = on_deadline
+        self._on_error = on_error
+        self._start_failed_logged = False
         self._lock = threading.Condition(threading.Lock())
         self._heap: List[Tuple[float, int]] = []
         self._running: Dict[int, _Call] = {}
@@ -49,13 +56,27 @@ class CompressionWatchdog:
         with self._lock:
             self._running[call.seq] = call
             heapq.heappush(self._heap, (call.deadline, call.seq))
-            if self._thread is None and not self._stopped:
-                self._thread = threading.Thread(target=self._run, name="observed-engine-watchdog", daemon=True)
-                self.threads_started += 1
-                self._thread.start()
+            if (self._thread is None or not self._thread.is_alive()) and not self._stopped:
+                self._start_thread()
             elif self._heap[0][1] == call.seq:
                 self._lock.notify()
         return call
+
+    def _start_thread(self) -> None:
+        """(Re)start the thread; under a thread limit, say so once and try again at the next call.
+        The call itself is registered either way: a later start watches it too."""
+        thread = threading.Thread(target=self._run, name="observed-engine-watchdog", daemon=True)
+        try:
+            thread.start()
+        except RuntimeError as exc:      # "can't start new thread"
+            self._on_error("watchdog")
+            if not self._start_failed_logged:
+                self._start_failed_logged = True
+                logger.warning("observed-engine: cannot start the compression watchdog thread (%s); "
+                               "compress() runs unwatched until a later call can start it", exc)
+            return
+        self._thread = thread
+        self.threads_started += 1
 
     def finish(self, call: _Call) -> bool:
         """Remove the call; True when it had already passed its deadline."""
@@ -99,7 +120,7 @@ class CompressionWatchdog:
                     deadline, seq = self._heap[0]
                     wait = deadline - time.monotonic()
                     if wait > 0:
-                        self._lock.wait(wait)
+                        self._lock.wait(min(wait, _MAX_WAIT))   # a huge deadline must not overflow the timer
                         continue
                     heapq.heappop(self._heap)
                     call = self._running.get(seq)

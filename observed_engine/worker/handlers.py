@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict
 from ..contract import spans as a
 from ..contract import vocabulary as v
 from ..contract.events import HookEvent, as_messages
+from ..contract.identifiers import identifier
 from .messages import message_problem
 from .selection import classify_selection
 from .state import summary_failure
@@ -47,23 +48,23 @@ def _set_model(mem, model) -> bool:
 def on_session_start(_w, mem, _label, ev, _row, attrs) -> None:
     session = _arg(ev, 0, "session_id")
     if session is not None:
-        mem.session_id = str(session)
+        mem.session_id = identifier(session)
     reason = ev.kwargs.get("boundary_reason")
     if isinstance(reason, str):
-        attrs[a.SESSION_BOUNDARY_REASON] = reason
+        attrs[a.SESSION_BOUNDARY_REASON] = identifier(reason)
     _set_model(mem, ev.kwargs.get("model"))
 
 
 def bind_session_state(_w, mem, _label, ev, _row, _attrs) -> None:
     session = _arg(ev, 1, "session_id")
     if session:
-        mem.session_id = str(session)
+        mem.session_id = identifier(session)
 
 
 def update_model(w, mem, _label, ev, row, attrs) -> None:
     model = _arg(ev, 0, "model")
     if _set_model(mem, model):
-        attrs[a.REQUEST_MODEL] = model
+        attrs[a.REQUEST_MODEL] = identifier(model)
     w.state_columns(mem, ev.extra, row)
 
 
@@ -192,17 +193,17 @@ def record_timeout_failure(w, mem, label, ev, row, attrs) -> None:
     kind = ev.kwargs.get("failure_kind")
     reason = _arg(ev, 0, "reason")
     w.count("compression_timeouts", engine=label, kind=v.HOST_REPORTED)
-    w.event_row(mem, row, "compress", v.HOST_REPORTED, v.TIMEOUT,
-                str(kind) if kind is not None else v.UNSPECIFIED, None)
+    kind = identifier(kind) if kind is not None else None
+    w.event_row(mem, row, "compress", v.HOST_REPORTED, v.TIMEOUT, kind if kind is not None else v.UNSPECIFIED, None)
     if kind is not None:
-        attrs[a.FAILURE_KIND] = str(kind)
+        attrs[a.FAILURE_KIND] = kind
     if w.capture and reason is not None:
-        attrs[a.FAILURE_REASON] = str(reason)
+        attrs[a.FAILURE_REASON] = identifier(reason)
 
 
 def handle_tool_call(w, _mem, _label, ev, row, attrs) -> None:
     tool = _arg(ev, 0, "name")
-    row["reason"] = row.get("reason") or (str(tool) if tool is not None else None)
+    row["reason"] = row.get("reason") or (identifier(tool) if tool is not None else None)
     if w.capture:
         tool_args = _arg(ev, 1, "args")
         try:

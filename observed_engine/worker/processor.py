@@ -23,6 +23,7 @@ from ..contract import spans as a
 from ..contract import vocabulary as v
 from ..contract.events import DEADLINE_EXCEEDED, ENGINE_META_ATTRIBUTE, DeadlineExceeded, HookEvent
 from ..contract.hooks import HOOK_SPECS, LIVE_SPAN_KINDS
+from ..contract.identifiers import identifier
 from ..contract.store_schema import make_row
 from .handlers import HANDLERS
 from .memory import EngineMemory
@@ -89,7 +90,7 @@ class EventProcessor:
         mem = self.memories.get(id(engine))
         if mem is None:
             meta = getattr(type(engine), ENGINE_META_ATTRIBUTE, None)
-            name = meta.inner_name if meta is not None else type(engine).__name__
+            name = meta.inner_name if meta is not None else identifier(type(engine).__name__)
             mem = EngineMemory(name, type(engine))
             self.memories[id(engine)] = mem
             self._known_names.add(name)
@@ -189,6 +190,7 @@ class EventProcessor:
         self.event_row(mem, call_row, hook, v.FAIL_OPEN, v.FAIL_OPEN, reason, call_row.get("duration_s"))
 
     def bad_input(self, mem: EngineMemory, label: str, hook: str, kind: str, row: Dict[str, Any]) -> None:
+        kind = identifier(kind)    # may quote a key or type name of the host's input
         self.count("bad_input", engine=label, hook=hook, kind=kind)
         self.log_once(("bad_input", mem.name, hook, kind),
                       "observed-engine: engine %r hook %s got odd input (%s); the call went through "
@@ -245,7 +247,7 @@ class EventProcessor:
         }
         attrs: Dict[str, Any] = {}
         if ev.exc is not None:
-            row["reason"] = type(ev.exc).__name__
+            row["reason"] = identifier(type(ev.exc).__name__)
 
         handler = HANDLERS.get(hook)
         if handler is not None:

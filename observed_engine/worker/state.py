@@ -16,7 +16,7 @@ def resolve(engine_class: type, raw: Optional[tuple]) -> Optional[Tuple[float, f
         values = []
         for name, value in zip(STATE_FIELDS, raw):
             if value is MISSING:
-                value = _static_class_value(engine_class, name)
+                value = static_class_value(engine_class, name)
             if type(value) is not int and type(value) is not float:
                 return None
             values.append(value)
@@ -25,7 +25,8 @@ def resolve(engine_class: type, raw: Optional[tuple]) -> Optional[Tuple[float, f
         return None
 
 
-def _static_class_value(cls, name):
+def static_class_value(cls, name):
+    """``name`` from the class dicts along the MRO (no descriptor is called); MISSING if none."""
     for klass in cls.__mro__:
         value = klass.__dict__.get(name, MISSING)
         if value is not MISSING:

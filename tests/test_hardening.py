@@ -1,0 +1,195 @@
+"""Faults real deployments hit (issue 13): each test failed before its fix.
+
+* identifiers that cannot be encoded (a lone surrogate from a header) or printed
+  (``__str__`` raises) break neither /metrics, nor OTLP, nor the store, nor the hook;
+* non-finite and out-of-range numbers in the config are rejected like any bad value;
+* the usage gauges run no engine code on the scrape thread;
+* a thread that cannot be started never raises into the host, and is started later.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+import urllib.request
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+import observed_engine
+from observed_engine import observe
+from observed_engine.api import pipeline_of
+from observed_engine.settings import Settings, SettingsError
+from engines import KwargsEngine, NarrowEngine, transcript
+from otlp_receiver import OtlpReceiver
+from support.servers import free_port
+
+SURROGATE = "\udcff"          # what aiohttp's surrogateescape makes of a 0xff header byte
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        assert response.status == 200
+        return response.read().decode()
+
+
+class OddNames(KwargsEngine):
+    @property
+    def name(self) -> str:
+        return f"eng{SURROGATE}"
+
+
+def test_lone_surrogates_break_neither_metrics_nor_otlp_nor_the_store(store_path, caplog):
+    port = free_port()
+    with OtlpReceiver(grpc_enabled=False) as receiver, caplog.at_level(logging.WARNING):
+        engine = observe(OddNames(), settings={
+            "prometheus": {"enabled": True, "port": port}, "store": {"path": str(store_path)},
+            "otlp": {"enabled": True, "protocol": "http/protobuf", "endpoint": receiver.http_endpoint,
+                     "export_interval_seconds": 0.2}})
+        engine.on_session_start(f"session{SURROGATE}", platform="api")
+        engine.handle_tool_call(f"tool{SURROGATE}", {"query": "q"})
+        engine.compress(transcript(10))
+        assert observed_engine.flush(10.0)
+        text = _scrape(port)
+        families = {f.name for f in text_string_to_metric_families(text)}
+        assert "hermes_context_engine_hook_calls" in families
+        assert 'engine="eng\ufffd"' in text
+        deadline = time.monotonic() + 10
+        while "context_engine.compress" not in receiver.span_names() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        compress = receiver.spans_named("context_engine.compress")
+        assert compress and compress[0].attributes["gen_ai.conversation.id"] == "session\ufffd"
+        assert receiver.spans_named("execute_tool tool\ufffd")
+    rows = sqlite3.connect(str(store_path)).execute("SELECT session, engine, hook, reason FROM events").fetchall()
+    assert ("session\ufffd", "eng\ufffd", "handle_tool_call", "tool\ufffd") in rows
+    assert not [r for r in caplog.records if r.exc_info]          # not one traceback
+
+
+class Unprintable:
+    def __str__(self):
+        raise ValueError("no text for you")
+
+    __repr__ = __str__
+
+
+def test_a_tool_name_whose_str_raises_reaches_the_engine_as_it_does_bare(observe_engine, finished_spans):
+    bare, observed = KwargsEngine(), observe_engine(KwargsEngine())
+    name = Unprintable()
+    outcomes = []
+    for engine in (bare, observed):
+        try:
+            outcomes.append(("ok", engine.handle_tool_call(name, {"query": "x"})))
+        except Exception as exc:   # noqa: BLE001 - compared below
+            outcomes.append(("raised", type(exc)))
+    assert outcomes[0] == outcomes[1]
+    names = [s.name for s in finished_spans()]
+    assert names == ["execute_tool <unprintable Unprintable>"]
+
+
+@pytest.mark.parametrize("key, value", [
+    ("compress_timeout_seconds", float("nan")), ("compress_timeout_seconds", float("inf")),
+    ("compress_timeout_seconds", 1e308), ("compress_timeout_seconds", "nan"),
+    ("queue_size", 10 ** 12), ("max_label_values", 10 ** 9),
+])
+def test_non_finite_or_huge_numbers_are_rejected(key, value):
+    with pytest.raises(SettingsError, match=key):
+        Settings.from_mapping({key: value})
+
+
+@pytest.mark.parametrize("section, key", [("otlp", "export_interval_seconds"), ("otlp", "timeout_seconds"),
+                                          ("store", "retention_days")])
+def test_non_finite_numbers_in_sections_are_rejected(section, key):
+    for value in (float("nan"), float("inf"), "-inf"):
+        with pytest.raises(SettingsError, match=f"{section}.{key}"):
+            Settings.from_mapping({section: {key: value}})
+
+
+def test_a_nan_timeout_in_config_yaml_falls_back_to_the_default(hermes_home, caplog):
+    """Through the plugin: one error naming the key, the default deadline, no timeout reported."""
+    from observed_engine import hermes_plugin
+
+    config = {"observed": {"compress_timeout_seconds": float("nan"), "store": False},
+              "compression": {"context_timeout_seconds": float("inf")}}
+    with caplog.at_level(logging.ERROR, logger="observed_engine.hermes_plugin"):
+        section = hermes_plugin.observed_section(config)
+    assert [r for r in caplog.records if "compress_timeout_seconds" in r.getMessage()]
+    engine = observe(NarrowEngine(), settings=section)
+    assert pipeline_of(engine).compress_timeout == 120.0
+    engine.compress(transcript(10))
+    assert observed_engine.flush(5.0)
+    assert pipeline_of(engine).watchdog.threads_started == 1
+
+
+class LockedState(NarrowEngine):
+    """``last_prompt_tokens`` is a property guarded by the lock its compress() holds."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        super().__init__()
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    @property
+    def last_prompt_tokens(self):
+        with self._lock:
+            return self.__dict__.get("_prompt", 0)
+
+    @last_prompt_tokens.setter
+    def last_prompt_tokens(self, value):
+        self.__dict__["_prompt"] = value
+
+    def compress(self, messages, current_tokens=None, focus_topic=None):
+        with self._lock:
+            self.entered.set()
+            self.release.wait(10)
+            return super().compress(messages, current_tokens, focus_topic)
+
+
+def test_a_scrape_during_compress_runs_no_engine_code(store_path):
+    port = free_port()
+    engine = observe(LockedState(), settings={"prometheus": {"enabled": True, "port": port},
+                                              "store": {"path": str(store_path)}})
+    worker = threading.Thread(target=engine.compress, args=(transcript(10),))
+    worker.start()
+    try:
+        assert engine.entered.wait(5)
+        t0 = time.monotonic()
+        text = _scrape(port)                       # blocked for the whole compress before the fix
+        assert time.monotonic() - t0 < 2.0
+        assert 'hermes_context_compression_in_flight{engine="narrow"' in text
+        in_flight = [line for line in text.splitlines()
+                     if line.startswith("hermes_context_compression_in_flight{")]
+        assert in_flight and in_flight[0].rstrip().endswith(" 1.0")
+    finally:
+        engine.release.set()
+        worker.join(10)
+
+
+def test_a_watchdog_thread_that_cannot_start_is_started_by_a_later_call(observe_engine, monkeypatch, caplog):
+    bare, engine = NarrowEngine(), observe_engine(NarrowEngine())
+    real_start = threading.Thread.start
+
+    def refuse_watchdog(self):
+        if self.name == "observed-engine-watchdog":
+            raise RuntimeError("can't start new thread")
+        return real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", refuse_watchdog)
+    messages = transcript(10)
+    with caplog.at_level(logging.WARNING, logger="observed_engine"):
+        assert engine.compress(list(messages)) == bare.compress(list(messages))      # raised before the fix
+    assert [r for r in caplog.records if "watchdog thread" in r.getMessage()]
+    watchdog = pipeline_of(engine).watchdog
+    assert watchdog.threads_started == 0
+    monkeypatch.setattr(threading.Thread, "start", real_start)
+    engine.compress(list(messages))
+    assert watchdog.threads_started == 1
+    assert observed_engine.flush(5.0)
+
+
+def test_flush_with_an_unbounded_timeout_does_not_overflow(observe_engine):
+    engine = observe_engine(NarrowEngine())
+    engine.should_compress(1)
+    assert observed_engine.flush(float("inf"))
