@@ -191,3 +191,12 @@ def plugin_system_engine():
     from hermes_cli.plugins import get_plugin_context_engine
 
     return get_plugin_context_engine()
+
+
+def read_config() -> Dict[str, Any]:
+    """Hermes' merged config for the current HERMES_HOME, as :func:`load_config` reads it,
+    but raising what Hermes raises (ImportError without Hermes, its error for a broken
+    config.yaml), for ``observed-engine doctor`` to report; {} for an empty config."""
+    from hermes_cli.config import load_config as _load
+
+    return _load() or {}

@@ -22,7 +22,9 @@ import pytest
 import yaml
 
 import observed_engine
-from observed_engine import cli
+from observed_engine import cli, host
+from observed_engine.cli import install as cli_install
+from observed_engine.cli import paths as cli_paths
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
@@ -98,7 +100,7 @@ def engines_dir(tmp_path, monkeypatch):
     (d / "lcmtest").mkdir()
     (d / "lcmtest" / "__init__.py").write_text(TEST_ENGINE, encoding="utf-8")
     monkeypatch.setattr(pce, "_CONTEXT_ENGINE_PLUGINS_DIR", d)
-    monkeypatch.setattr(cli, "bundled_engines_dir", lambda: d)
+    monkeypatch.setattr(host, "bundled_engines_dir", lambda: d)
     before = {n for n in sys.modules if n.startswith("plugins.context_engine.")}
     yield d
     for name in [n for n in sys.modules if n.startswith("plugins.context_engine.")]:
@@ -113,28 +115,28 @@ def run(capsys, *argv):
 
 
 def backups(home: Path):
-    return sorted(home.glob(cli.BACKUP_PREFIX + "*"))
+    return sorted(home.glob(cli_paths.BACKUP_PREFIX + "*"))
 
 
 def test_repository_plugin_dir_is_the_packaged_copy():
     """observed_engine/hermes_plugin_dir/ is the one copy (it ships in the wheel);
     plugins/context_engine/observed/ holds relative symlinks to it."""
-    for name in cli.PLUGIN_FILE_NAMES:
+    for name in cli_paths.PLUGIN_FILE_NAMES:
         link = PLUGIN_SRC / name
         assert link.is_symlink(), f"plugins/context_engine/observed/{name} should be a symlink"
         assert link.resolve() == (PACKAGED_PLUGIN / name).resolve()
         assert not Path(os.readlink(link)).is_absolute()     # works in any checkout location
     assert sorted(p.name for p in PLUGIN_SRC.iterdir() if p.name != "__pycache__") \
-        == sorted(cli.PLUGIN_FILE_NAMES)
-    assert cli.plugin_source_files() == {
-        name: (PACKAGED_PLUGIN / name).read_text(encoding="utf-8") for name in cli.PLUGIN_FILE_NAMES}
-    meta = yaml.safe_load(cli.plugin_source_files()["plugin.yaml"])
+        == sorted(cli_paths.PLUGIN_FILE_NAMES)
+    assert cli_paths.plugin_source_files() == {
+        name: (PACKAGED_PLUGIN / name).read_text(encoding="utf-8") for name in cli_paths.PLUGIN_FILE_NAMES}
+    meta = yaml.safe_load(cli_paths.plugin_source_files()["plugin.yaml"])
     assert meta["name"] == "observed" and meta["version"] == observed_engine.__version__
     assert meta["description"]
 
 
 def test_missing_plugin_files_are_an_operator_error(home, engines_dir, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "PLUGIN_FILES_DIR", "no-such-dir")
+    monkeypatch.setattr(cli_paths, "PLUGIN_FILES_DIR", "no-such-dir")
     code, out = run(capsys, "install", "--hermes-home", str(home), "--route", "bundled")
     assert code == 2 and "lacks its plugin files" in out and "reinstall" in out
     assert not (engines_dir / "observed").exists()
@@ -159,9 +161,9 @@ def test_install_doctor_uninstall_round_trip(home, engines_dir, capsys):
     [backup] = backups(home)
     assert backup.read_text(encoding="utf-8") == ORIGINAL
     plugin_dir = engines_dir / "observed"
-    for name in cli.PLUGIN_FILE_NAMES:
+    for name in cli_paths.PLUGIN_FILE_NAMES:
         assert (plugin_dir / name).read_bytes() == (PLUGIN_SRC / name).read_bytes()
-    assert (plugin_dir / cli.MARKER_FILE).exists()
+    assert (plugin_dir / cli_paths.MARKER_FILE).exists()
 
     code, out = run(capsys, "install", "--hermes-home", str(home), "--route", "bundled")
     assert code == 0, out
@@ -270,7 +272,7 @@ def test_inner_option_and_existing_section(home, engines_dir, capsys):
 
 
 def test_entry_point_route_enables_and_disables(home, engines_dir, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "entry_point_installed", lambda: True)
+    monkeypatch.setattr(cli_paths, "entry_point_installed", lambda: True)
     cfg = home / "config.yaml"
     cfg.write_text("plugins:\n  enabled:\n    - foo   # a plugin of mine\n", encoding="utf-8")
     for _ in range(2):
@@ -288,17 +290,17 @@ def test_entry_point_route_enables_and_disables(home, engines_dir, capsys, monke
 
 
 def test_entry_point_route_needs_the_package(home, engines_dir, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "entry_point_installed", lambda: False)
+    monkeypatch.setattr(cli_paths, "entry_point_installed", lambda: False)
     code, out = run(capsys, "install", "--hermes-home", str(home), "--route", "entrypoint")
     assert code == 2 and "pip install observed-engine" in out
     assert not (home / "config.yaml").exists()
 
 
 def test_auto_route(monkeypatch, engines_dir):
-    assert cli.resolve_route("auto") == "bundled"             # Hermes 0.19.0, writable install
-    monkeypatch.setattr(cli, "supports_user_engines", lambda: True)
-    assert cli.resolve_route("auto") == "user"                 # head: $HERMES_HOME/plugins/observed/
-    assert cli.resolve_route("entrypoint") == "entrypoint"
+    assert cli_install.resolve_route("auto") == "bundled"             # Hermes 0.19.0, writable install
+    monkeypatch.setattr(host, "supports_user_engines", lambda: True)
+    assert cli_install.resolve_route("auto") == "user"                 # head: $HERMES_HOME/plugins/observed/
+    assert cli_install.resolve_route("entrypoint") == "entrypoint"
 
 
 def test_user_route_writes_into_hermes_home(home, engines_dir, capsys):
@@ -381,10 +383,10 @@ def test_demo_is_dispatched_lazily(monkeypatch):
 def test_real_installation_bundled_route(home, capsys, monkeypatch):
     """Install into the venv's real Hermes plugins/context_engine/, load it through
     Hermes, uninstall; a finalizer removes the copy whatever happens."""
-    base = cli.bundled_engines_dir()
+    base = host.bundled_engines_dir()
     assert base is not None
     target = base / "observed"
-    if target.exists() and not (target / cli.MARKER_FILE).exists():
+    if target.exists() and not (target / cli_paths.MARKER_FILE).exists():
         pytest.skip(f"{target} exists and is not ours")
     if not os.access(base, os.W_OK):
         pytest.skip(f"{base} is not writable")

@@ -2,7 +2,7 @@
 install`` run from that wheel alone writes the repository's plugin files.
 
 Builds a wheel from a copy of the project (pyproject.toml, README.md,
-observed_engine/ -- no plugins/ directory, so nothing can come from the
+observed_engine/, dashboard/ -- no plugins/ directory, so nothing can come from the
 checkout) into a temporary directory, without build isolation when this Python
 can build wheels by itself (``wheel`` installed, or setuptools >= 70.1), else
 with pip's isolated build (its build requirements come from the configured
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import pytest
 
-from observed_engine import cli
+from observed_engine.cli import paths as cli_paths
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
-PACKAGED = f"observed_engine/{cli.PLUGIN_FILES_DIR}"
+PACKAGED = f"observed_engine/{cli_paths.PLUGIN_FILES_DIR}"
 
 
 def _can_build_without_isolation() -> bool:
@@ -41,8 +41,8 @@ def wheel(tmp_path_factory) -> Path:
     src.mkdir()
     for name in ("pyproject.toml", "README.md"):
         shutil.copy2(REPO / name, src / name)
-    shutil.copytree(REPO / "observed_engine", src / "observed_engine",
-                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for name in ("observed_engine", "dashboard"):       # dashboard/ is installed as observed_engine.dashboard
+        shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     out = root / "dist"
     cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--disable-pip-version-check",
            "-q", "-w", str(out), str(src)]
@@ -58,10 +58,14 @@ def wheel(tmp_path_factory) -> Path:
 def test_wheel_contains_the_plugin_files(wheel):
     with zipfile.ZipFile(wheel) as zf:
         names = set(zf.namelist())
-        for name in cli.PLUGIN_FILE_NAMES:
+        for name in cli_paths.PLUGIN_FILE_NAMES:
             assert f"{PACKAGED}/{name}" in names, sorted(names)
             assert zf.read(f"{PACKAGED}/{name}") == (PLUGIN_SRC / name).read_bytes()
-        assert "observed_engine/cli.py" in names
+        cli_modules = sorted(p.name for p in (REPO / "observed_engine" / "cli").glob("*.py"))
+        assert "__init__.py" in cli_modules and "doctor.py" in cli_modules
+        for name in cli_modules:                               # the CLI package, every module of it
+            assert f"observed_engine/cli/{name}" in names, sorted(names)
+        assert "observed_engine/__main__.py" in names          # python -m observed_engine
 
 
 def test_install_from_the_wheel_writes_the_repository_files(wheel, tmp_path):
@@ -89,6 +93,6 @@ def test_install_from_the_wheel_writes_the_repository_files(wheel, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "route: user" in proc.stdout
     written = home / "plugins" / "observed"
-    for name in cli.PLUGIN_FILE_NAMES:
+    for name in cli_paths.PLUGIN_FILE_NAMES:
         assert (written / name).read_bytes() == (PLUGIN_SRC / name).read_bytes(), name
-    assert (written / cli.MARKER_FILE).exists()
+    assert (written / cli_paths.MARKER_FILE).exists()

@@ -1,0 +1,56 @@
+"""``observed-engine``: install, check and remove the Hermes plugin.
+
+    observed-engine install   [--hermes-home DIR] [--inner NAME] [--route auto|bundled|user|entrypoint]
+    observed-engine doctor    [--hermes-home DIR] [--json]
+    observed-engine uninstall [--hermes-home DIR]
+    observed-engine demo ...  (see observed_engine.demo)
+
+Also ``python -m observed_engine ...``. One module per command (install, uninstall, doctor,
+demo); ``paths`` and ``yaml_edit`` are what install/uninstall/doctor share.
+
+Exit codes: the command's (0 fine; doctor 1 when a check fails; 2 an operator error, printed
+on one line without a traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import List, Optional
+
+from . import demo, doctor, install, uninstall
+from .errors import CliError
+
+HOME_HELP = "Hermes home (default: $HERMES_HOME or ~/.hermes)"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="observed-engine",
+        description="Install, check and remove the observed context engine for Hermes Agent.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    install.add_parser(sub, HOME_HELP)
+    doctor.add_parser(sub, HOME_HELP)
+    uninstall.add_parser(sub, HOME_HELP)
+    demo.add_parser(sub)
+    return parser
+
+
+def _run(argv: List[str]) -> int:
+    if argv and argv[0] == "demo":
+        return demo.cmd_demo(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except CliError as exc:
+        print(f"observed-engine {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    return _run(list(sys.argv[1:] if argv is None else argv))
