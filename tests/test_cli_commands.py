@@ -86,3 +86,29 @@ def test_doctor_text_and_json_agree(tmp_path, monkeypatch, capsys):
     from observed_engine import cli
     assert cli.main(["doctor", "--hermes-home", str(tmp_path), "--json"]) == (0 if report["ok"] else 1)
     assert json.loads(capsys.readouterr().out)["checks"] == report["checks"]
+
+
+# -- --version -------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command", entry_points())
+def test_version(command, tmp_path):
+    import observed_engine
+    from observed_engine import host
+
+    proc = subprocess.run(command + ["--version"], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path, env=cli_env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == [f"observed-engine {observed_engine.__version__}",
+                                        f"hermes-agent {host.hermes_version()}"]
+    assert host.hermes_version() == "0.19.0"                          # the venv's Hermes
+
+
+def test_version_without_hermes(monkeypatch, capsys):
+    import observed_engine
+    from observed_engine import cli, host
+
+    monkeypatch.setattr(host, "hermes_version", lambda: None)
+    assert cli.main(["--version"]) == 0
+    first, second = capsys.readouterr().out.splitlines()
+    assert first == f"observed-engine {observed_engine.__version__}"
+    assert second == f"hermes-agent: not installed in {sys.executable}"

@@ -4,6 +4,7 @@
     observed-engine doctor    [--hermes-home DIR] [--json]
     observed-engine uninstall [--hermes-home DIR]
     observed-engine demo ...  (see observed_engine.demo)
+    observed-engine --version
 
 Also ``python -m observed_engine ...``. One module per command (install, uninstall, doctor,
 demo); ``paths`` and ``yaml_edit`` are what install/uninstall/doctor share.
@@ -18,10 +19,18 @@ import argparse
 import sys
 from typing import List, Optional
 
+from .. import host
+from ..version import __version__
 from . import demo, doctor, install, uninstall
 from .errors import CliError
 
 HOME_HELP = "Hermes home (default: $HERMES_HOME or ~/.hermes)"
+
+
+def version_text() -> str:
+    hermes = host.hermes_version()
+    return (f"observed-engine {__version__}\n"
+            + (f"hermes-agent {hermes}" if hermes else f"hermes-agent: not installed in {sys.executable}"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="observed-engine",
         description="Install, check and remove the observed context engine for Hermes Agent.",
     )
+    parser.add_argument("--version", action="store_true",
+                        help="print the observed-engine and hermes-agent versions and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     install.add_parser(sub, HOME_HELP)
     doctor.add_parser(sub, HOME_HELP)
@@ -42,6 +53,9 @@ def _run(argv: List[str]) -> int:
         return demo.cmd_demo(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.version:
+        print(version_text())
+        return 0
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
