@@ -10,12 +10,15 @@ Also ``python -m observed_engine ...``. One module per command (install, uninsta
 demo); ``paths`` and ``yaml_edit`` are what install/uninstall/doctor share.
 
 Exit codes: the command's (0 fine; doctor 1 when a check fails; 2 an operator error, printed
-on one line without a traceback).
+on one line without a traceback); 141 (128 + SIGPIPE, as a shell reports a tool cut off by
+its pipe) when stdout is closed before the output is written, e.g. ``doctor --json | head -1``:
+the rest of the output is dropped silently instead of a BrokenPipeError traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from typing import List, Optional
 
@@ -24,6 +27,7 @@ from ..version import __version__
 from . import demo, doctor, install, uninstall
 from .errors import CliError
 
+EXIT_BROKEN_PIPE = 141
 HOME_HELP = "Hermes home (default: $HERMES_HOME or ~/.hermes)"
 
 
@@ -67,4 +71,20 @@ def _run(argv: List[str]) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    return _run(list(sys.argv[1:] if argv is None else argv))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        try:
+            code = _run(argv)
+        except SystemExit as exc:   # argparse's --help and usage errors: flushed below like the rest
+            if not isinstance(exc.code, (int, type(None))):
+                raise
+            code = exc.code or 0
+        sys.stdout.flush()          # a closed pipe shows here, not at interpreter exit
+    except BrokenPipeError:
+        # The reader went away (`| head`). Point stdout at /dev/null so that the interpreter's
+        # final flush of what is still buffered does not fail again, and say so by the exit code.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+    return code
