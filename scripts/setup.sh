@@ -13,8 +13,17 @@ command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need_apt[*]} (Debian packages)"
-    apt-get update -q >/dev/null
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${need_apt[@]}" >/dev/null
+    # Another apt/dpkg may hold the lock (unattended upgrades, a parallel job): wait for it
+    # (DPkg::Lock::Timeout) and retry the whole step a few times rather than fail.
+    for attempt in 1 2 3 4 5; do
+      if apt-get -o DPkg::Lock::Timeout=120 update -q >/dev/null &&
+         DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=300 install -y -q \
+           --no-install-recommends "${need_apt[@]}" >/dev/null; then
+        break
+      fi
+      echo "setup: apt-get failed (attempt $attempt); retrying in 20 s" >&2
+      sleep 20
+    done
   else
     echo "setup: missing ${need_apt[*]}; install them with apt-get (tests that need them will fail)" >&2
   fi

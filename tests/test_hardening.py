@@ -193,3 +193,59 @@ def test_flush_with_an_unbounded_timeout_does_not_overflow(observe_engine):
     engine = observe_engine(NarrowEngine())
     engine.should_compress(1)
     assert observed_engine.flush(float("inf"))
+
+
+ONE_SHOT = r'''
+import os, sys
+sys.path.insert(0, {tests!r})
+from observed_engine import observe
+from engines import NarrowEngine, transcript
+engine = observe(NarrowEngine(), settings={{
+    "store": {{"path": {store!r}}},
+    "otlp": {{"enabled": True, "protocol": "http/protobuf", "endpoint": {endpoint!r}}}}})
+engine.on_session_start("one-shot", platform="cli")
+engine.update_from_response({{"prompt_tokens": 1234, "completion_tokens": 5}})
+engine.compress(transcript(10))
+engine.on_session_end("one-shot", [])
+os._exit(0)          # what `hermes -z` does: no atexit handler runs
+'''
+
+
+def test_one_shot_exit_after_on_session_end_loses_nothing(tmp_path):
+    """``hermes -z`` ends with os._exit() after on_session_end: the end of the telemetry was lost."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    store = tmp_path / "one-shot.sqlite"
+    with OtlpReceiver(grpc_enabled=False) as receiver:
+        code = ONE_SHOT.format(tests=str(Path(__file__).parent), store=str(store), endpoint=receiver.http_endpoint)
+        t0 = time.monotonic()
+        subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+        took = time.monotonic() - t0
+        spans = receiver.span_names()
+    hooks = [h for (h,) in sqlite3.connect(str(store)).execute("SELECT hook FROM events ORDER BY id")]
+    assert hooks == ["on_session_start", "update_from_response", "compress", "on_session_end"]
+    assert {"context_engine.update_from_response", "context_engine.compress",
+            "context_engine.on_session_end"} <= spans
+    assert took < 30
+
+
+def test_what_an_exit_cannot_deliver_is_said(store_path, caplog):
+    engine = observe(NarrowEngine(), settings={"store": {"path": str(store_path)}})
+    engine.should_compress(1)
+    assert observed_engine.flush(5.0)
+    blocker = sqlite3.connect(str(store_path), timeout=0.1, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")              # another writer holds the file
+    try:
+        for i in range(50):
+            engine.should_compress(i)
+        pipeline = pipeline_of(engine)
+        pipeline.recorder.flush(5.0)                    # the rows reach the store writer, which cannot write
+        with caplog.at_level(logging.WARNING, logger="observed_engine"):
+            pipeline.shutdown(0.5)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    said = [r.getMessage() for r in caplog.records if "not delivered" in r.getMessage()]
+    assert len(said) == 1 and "50 store rows" in said[0], said

@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict
 from opentelemetry import context as otel_context
 
 from ..contract.events import MISSING, STATE_FIELDS, CompressCapture, snapshot_messages
-from ..contract.hooks import CLONE, COMPRESS, HOOK_INDEX, SELECT, TOOL
+from ..contract.hooks import CLONE, COMPRESS, DELIVERY_BUDGET_SECONDS, HOOK_INDEX, SELECT, TOOL
 from ..contract.spans import hook_span_name
 from .state_reads import read_state, read_summary
 
@@ -85,7 +85,26 @@ def make_hook(cls, spec, original, pipeline, meta, state_in_instance: bool, obse
         hook = _make_exact_leaf_hook(spec, idx, original, pipeline, cls, state_in_instance)
         if hook is not None:
             return hook
-    return _make_plain_hook(spec, idx, original, pipeline)
+    hook = _make_plain_hook(spec, idx, original, pipeline)
+    return _delivering(hook, pipeline) if spec.delivers else hook
+
+
+def _delivering(hook, pipeline):
+    """``hook``, then what is queued delivered within the budget (HookSpec.delivers), unless the
+    engine called its own hook (it is still inside another one)."""
+    deliver = pipeline.deliver
+
+    def delivering_hook(self, *args, **kwargs):
+        own_call = _inside.engine is self
+        try:
+            return hook(self, *args, **kwargs)
+        finally:
+            if not own_call:
+                try:
+                    deliver(DELIVERY_BUDGET_SECONDS)
+                except Exception:
+                    pipeline.count_error("hook")
+    return delivering_hook
 
 
 def _make_plain_hook(spec, idx, original, pipeline):

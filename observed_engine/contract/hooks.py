@@ -39,12 +39,16 @@ class HookSpec:
     # The host propagates an exception from the first call (agent init) and swallows later
     # ones (get_tool_schemas: swallowed on MCP refresh): only later ones are fail-open.
     first_call_propagates: bool = False
+    # A natural boundary after which the host may end the process at once (``hermes -z`` ends
+    # with os._exit() right after on_session_end: no atexit handler runs). The hook delivers
+    # what is queued before it returns, within DELIVERY_BUDGET_SECONDS.
+    delivers: bool = False
 
 
 HOOK_SPECS: Tuple[HookSpec, ...] = (
     HookSpec("update_model", reads_state=True),
     HookSpec("on_session_start", host_swallows=True),
-    HookSpec("on_session_end", host_swallows=True),
+    HookSpec("on_session_end", host_swallows=True, delivers=True),
     HookSpec("on_session_reset", host_swallows=True, reads_state=True),
     HookSpec("update_from_response", leaf=True, reads_state=True),
     HookSpec("should_compress", leaf=True),
@@ -68,6 +72,8 @@ HOOK_SPECS: Tuple[HookSpec, ...] = (
     HookSpec("select_context", kind=SELECT, host_swallows=True, only_if_overridden=True),
     HookSpec("on_turn_complete", host_swallows=True, only_if_overridden=True),
 )
+
+DELIVERY_BUDGET_SECONDS = 1.0
 
 BY_NAME: Dict[str, HookSpec] = {h.name: h for h in HOOK_SPECS}
 HOOK_INDEX: Dict[str, int] = {h.name: i for i, h in enumerate(HOOK_SPECS)}

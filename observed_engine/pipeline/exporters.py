@@ -33,6 +33,7 @@ class BuiltProviders:
     meter_provider: Optional[MeterProvider] = None
     prometheus_address: Optional[tuple] = None
     closers: List[Callable[[], None]] = field(default_factory=list)
+    span_processors: List[object] = field(default_factory=list)   # what still holds spans at exit
 
     def shutdown(self) -> None:
         for close in reversed(self.closers):
@@ -289,11 +290,13 @@ def build_providers(settings: Settings, count_error: ErrorCounter,
         built.closers.append(lambda: mp.shutdown(timeout_millis=2000))
     if span_exporter is not None and want_traces:
         tp = TracerProvider(resource=resource, shutdown_on_exit=False)
-        tp.add_span_processor(CountingBatchSpanProcessor(
+        processor = CountingBatchSpanProcessor(
             CountingSpanExporter(span_exporter, count_error, "exporter_otlp_traces"), count_drop,
             max_queue_size=4096, max_export_batch_size=512,
             schedule_delay_millis=1000, export_timeout_millis=settings.otlp.timeout_seconds * 1000,
-        ))
+        )
+        tp.add_span_processor(processor)
+        built.span_processors.append(processor)
         built.tracer_provider = tp
         built.closers.append(tp.shutdown)
     return built

@@ -24,6 +24,7 @@ from ..version import __version__
 from ..contract import spans as a
 from ..contract.events import DEADLINE_EXCEEDED, ENGINE_META_ATTRIBUTE, PUBLISH_ERRORS
 from ..contract.identifiers import identifier
+from ..contract.vocabulary import DROP_EVENT, DROP_SPAN, DROP_STORE_ROW
 from ..settings import Settings
 from ..store import StoreWriter
 from ..capture.state_reads import read_state
@@ -254,6 +255,38 @@ class Pipeline:
                 ok = self._bounded_force_flush(provider, max(0.1, deadline - time.monotonic())) and ok
         return ok
 
+    def deliver(self, budget: float = 1.0) -> bool:
+        """What is queued now, delivered within ``budget`` seconds in all (events -> spans,
+        metrics, store rows -> the file, the built exporters' queues -> their endpoints).
+
+        Called on the host's thread at natural boundaries (HookSpec.delivers: on_session_end),
+        because the host may end the process right after them: ``hermes -z`` ends with
+        ``os._exit()``, which runs no atexit handler. False when the budget ran out."""
+        deadline = time.monotonic() + budget
+
+        def left() -> float:
+            return max(0.0, deadline - time.monotonic())
+
+        ok = self.recorder.flush(left())
+        if self.store is not None:
+            ok = self.store.flush(left()) and ok
+        for provider in (self.built.tracer_provider, self.built.meter_provider):
+            if provider is not None:
+                ok = self._bounded_force_flush(provider, left()) and ok
+        return ok
+
+    def undelivered(self) -> Dict[str, int]:
+        """What is still queued, per signal (vocabulary.DROP_SIGNALS): events, store rows, spans."""
+        events = sum(1 for item in list(self.recorder.queue) if type(item) is tuple and item
+                     and type(item[0]) is int)
+        rows = 0
+        if self.store is not None:     # handed to the writer, neither written nor already counted as dropped
+            rows = max(0, self.processor.rows_submitted - self.store.rows_written - self.store.rows_dropped)
+        spans = 0
+        for processor in self.built.span_processors:
+            spans += len(getattr(processor, "_bsp_queue", None) or ())
+        return {DROP_EVENT: events, DROP_STORE_ROW: rows, DROP_SPAN: spans}
+
     def _bounded_force_flush(self, provider, timeout: float) -> bool:
         """``provider.force_flush`` that returns within ``timeout``.
 
@@ -277,18 +310,34 @@ class Pipeline:
         return not thread.is_alive()
 
     def shutdown(self, timeout: float = 5.0) -> None:
-        """Stop this pipeline: worker, watchdog, store writer, exporters (bounded by ``timeout``)."""
+        """Stop this pipeline: worker, watchdog, store writer, exporters, all within ``timeout``."""
+        deadline = time.monotonic() + timeout
+
+        def left() -> float:
+            return max(0.05, deadline - time.monotonic())
+
         if self.registry is not None:
             self.registry.remove(self)
-        self.recorder.stop(timeout)
-        self.watchdog.stop()
+        self.recorder.stop(left())
+        self.watchdog.stop(min(1.0, left()))
         if self.store is not None:
-            self.store.close(timeout)
+            self.store.close(left())
         # The SDK providers' shutdown makes a last export; with a dead or black-holed endpoint
         # that waits for the exporter's timeout and retries. Bounded here (exit must not hang).
+        lost = self.undelivered()      # before the providers' shutdown drops their queues
         closer = threading.Thread(target=self.built.shutdown, name="observed-engine-shutdown", daemon=True)
         closer.start()
-        closer.join(timeout)
+        closer.join(left())
+        if any(lost.values()):
+            # Whatever did not make it out is said, once: the process is ending, so the log is the
+            # only place left (the counters are updated too, for a pipeline shut down early).
+            for signal, n in lost.items():
+                if n:
+                    self.count_drop(signal, n)
+            logger.warning(
+                "observed-engine: stopped with telemetry not delivered within the %.1f s budget: %d events, "
+                "%d store rows, %d spans lost (queued when the pipeline stopped)",
+                timeout, lost[DROP_EVENT], lost[DROP_STORE_ROW], lost[DROP_SPAN])
 
 
 def static_state(engine) -> tuple:

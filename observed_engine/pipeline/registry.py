@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import threading
+import time
 import weakref
 from dataclasses import replace
 from typing import Dict, List, Optional
@@ -97,18 +98,25 @@ def _note_in_use(registry: Registry) -> None:
             _atexit_registered = True
 
 
+EXIT_BUDGET_SECONDS = 8.0   # for every pipeline of the process together (a dead collector, a locked store)
+
+
 def _at_exit() -> None:
     """Deliver what is pending, then stop the pipelines (and the providers built from settings,
-    which do not register their own atexit shutdown: see exporters.build_providers)."""
-    registries = list(_in_use)
-    for registry in registries:
+    which do not register their own atexit shutdown: see exporters.build_providers), all within
+    EXIT_BUDGET_SECONDS; what does not make it is said (Pipeline.shutdown)."""
+    deadline = time.monotonic() + EXIT_BUDGET_SECONDS
+    pipelines = [p for registry in list(_in_use) for p in registry.pipelines()]
+    for i, pipeline in enumerate(pipelines):       # half the budget to deliver, shared out
+        share = max(0.0, (deadline - EXIT_BUDGET_SECONDS / 2 - time.monotonic())) / (len(pipelines) - i)
         try:
-            registry.flush(2.0)
+            pipeline.deliver(share)
         except Exception:
             pass
-    for registry in registries:
+    for i, pipeline in enumerate(pipelines):       # the rest to stop them
+        share = max(0.1, (deadline - time.monotonic()) / (len(pipelines) - i))
         try:
-            registry.shutdown(2.0)
+            pipeline.shutdown(share)
         except Exception:
             pass
 

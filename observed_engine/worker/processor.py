@@ -59,7 +59,7 @@ class EventProcessor:
         self._engine_labels: set = set()
         self._known_names: set = set()
         self._logged: set = set()
-        self._token_counters: Dict[Optional[str], Any] = {}
+        self.rows_submitted = 0          # store rows handed to the writer (undelivered = this - written - dropped)
         self.offset_ns = time.time_ns() - time.perf_counter_ns()
         self._offset_at = time.monotonic()
         self.host = socket.gethostname()
@@ -98,13 +98,10 @@ class EventProcessor:
         return mem
 
     def tokens_for(self, mem: EngineMemory):
-        """The token counter for the engine's model."""
+        """The token counter for the engine's model's encoding."""
         if mem.tokens is None:
-            counter = self._token_counters.get(mem.model)
-            if counter is None:
-                counter = token_counting.TokenCounter(self.settings.tokenizer, model=mem.model)
-                self._token_counters[mem.model] = counter
-            mem.tokens = counter
+            # one counter (and one count cache) per encoding, shared by every model that uses it
+            mem.tokens = token_counting.counter_for(self.settings.tokenizer, mem.model)
         return mem.tokens
 
     # -- the batch loop ----------------------------------------------------------------
@@ -156,6 +153,7 @@ class EventProcessor:
                     self._telemetry_failed("metrics", exc)
         rows, self._rows = self._rows, []
         if rows and self.pipeline.store is not None:
+            self.rows_submitted += len(rows)
             self.pipeline.store.submit(rows)
 
     # -- what handlers use ---------------------------------------------------------------
