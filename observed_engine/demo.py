@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import importlib.util
 import os
 import random
 import signal
@@ -37,8 +38,6 @@ from typing import Any, Dict, List, Optional
 from . import host
 from .host import default_store_path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DASHBOARD_APP = REPO_ROOT / "dashboard" / "app.py"
 
 TOPICS = ("billing", "deploy", "search", "auth", "cache")
 WORDS = ("context", "token", "engine", "summary", "request", "provider", "window", "cache",
@@ -222,14 +221,65 @@ def build_engines(settings: Dict[str, Any], summariser: OfflineSummariser, conte
     return {"compressor": observe(compressor, settings=settings), "topic-router": observe(router, settings=settings)}
 
 
-def start_dashboard(store: Path, host: str, port: int) -> Optional[subprocess.Popen]:
-    if not DASHBOARD_APP.exists():
-        print(f"demo: dashboard not found at {DASHBOARD_APP}; showing progress only", file=sys.stderr)
+# -- the dashboard ------------------------------------------------------------------------
+# The one builder of the dashboard's command line, used by ``start_dashboard`` below and by
+# ``observed-engine dashboard`` (observed_engine/cli/dashboard.py). It lives here, not in the
+# CLI, because the demo sits below the CLI in the import layers (pyproject.toml).
+
+DASHBOARD_EXTRA = "the dashboard needs the extra: pip install 'observed-engine[dashboard]'"
+
+
+def streamlit_installed() -> bool:
+    """Streamlit is importable (found, not imported: the core install has no Streamlit)."""
+    try:
+        return importlib.util.find_spec("streamlit") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _dashboard_app() -> Path:
+    spec = importlib.util.find_spec("observed_engine.dashboard")     # found, not imported
+    if spec is not None and spec.origin:
+        return Path(spec.origin).parent / "app.py"
+    # TEMPORARY: until pyproject.toml maps the top-level dashboard/ folder to observed_engine.dashboard
+    # in every install (an editable install made before that mapping has no such package), use the
+    # checkout's dashboard/app.py next to the package. Remove once the mapping has shipped.
+    return Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+
+
+# The installed dashboard's Streamlit script, observed_engine/dashboard/app.py (may be missing:
+# check is_file()).
+DASHBOARD_APP = _dashboard_app()
+
+
+def dashboard_command(app: Path, *, store: Optional[os.PathLike | str] = None, prometheus: Optional[str] = None,
+                      address: str = "127.0.0.1", port: int = 8501, allow_source_change: bool = False) -> List[str]:
+    """``python -m streamlit run <app> ... -- --store PATH | --prometheus URL [--allow-source-change]``:
+    served on ``address:port`` only, headless, no usage statistics, the viewer toolbar. Without
+    ``store`` or ``prometheus``: the current Hermes home's store."""
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app),
+           "--server.address", address, "--server.port", str(port),
+           "--server.headless", "true", "--browser.gatherUsageStats", "false",
+           "--client.toolbarMode", "viewer", "--"]
+    if prometheus:
+        cmd += ["--prometheus", prometheus]
+    else:
+        cmd += ["--store", str(store if store is not None else default_store_path())]
+    if allow_source_change:
+        cmd.append("--allow-source-change")
+    return cmd
+
+
+def start_dashboard(store: Path, address: str, port: int) -> Optional[subprocess.Popen]:
+    """The dashboard on *store*, in a process group of its own (the demo stops it with the group);
+    None, said on stderr, when Streamlit or the dashboard app is missing."""
+    problem = (DASHBOARD_EXTRA if not streamlit_installed()
+               else f"dashboard not found at {DASHBOARD_APP}" if not DASHBOARD_APP.is_file() else None)
+    if problem:
+        print(f"demo: {problem}; showing progress only", file=sys.stderr)
         return None
     env = dict(os.environ, OBSERVED_STORE=str(store), OBSERVED_REFRESH_SECONDS="2")
-    cmd = [sys.executable, "-m", "streamlit", "run", str(DASHBOARD_APP),
-           "--server.headless", "true", "--server.address", host, "--server.port", str(port),
-           "--browser.gatherUsageStats", "false"]
+    cmd = dashboard_command(DASHBOARD_APP, store=store, address=address, port=port)
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)
 

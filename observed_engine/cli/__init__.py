@@ -1,13 +1,14 @@
-"""``observed-engine``: install, check and remove the Hermes plugin.
+"""``observed-engine``: install, check and remove the Hermes plugin; serve the dashboard.
 
     observed-engine install   [--hermes-home DIR] [--inner NAME] [--route auto|bundled|user|entrypoint]
     observed-engine doctor    [--hermes-home DIR] [--json]
     observed-engine uninstall [--hermes-home DIR]
+    observed-engine dashboard [--store PATH | --prometheus URL] [--host H] [--port P] [--allow-source-change]
     observed-engine demo ...  (see observed_engine.demo)
     observed-engine --version
 
 Also ``python -m observed_engine ...``. One module per command (install, uninstall, doctor,
-demo); ``paths`` and ``yaml_edit`` are what install/uninstall/doctor share.
+dashboard, demo); ``paths`` and ``yaml_edit`` are what install/uninstall/doctor share.
 
 Exit codes: the command's (0 fine; doctor 1 when a check fails; 2 an operator error, printed
 on one line without a traceback); 141 (128 + SIGPIPE, as a shell reports a tool cut off by
@@ -24,7 +25,7 @@ from typing import List, Optional
 
 from .. import host
 from ..version import __version__
-from . import demo, doctor, install, uninstall
+from . import dashboard, demo, doctor, install, uninstall
 from .errors import CliError
 
 EXIT_BROKEN_PIPE = 141
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     install.add_parser(sub, HOME_HELP)
     doctor.add_parser(sub, HOME_HELP)
     uninstall.add_parser(sub, HOME_HELP)
+    dashboard.add_parser(sub)
     demo.add_parser(sub)
     return parser
 

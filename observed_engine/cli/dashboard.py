@@ -1,0 +1,57 @@
+"""``observed-engine dashboard``: the Streamlit dashboard of the installed package, on
+127.0.0.1:8501 by default, reading the current Hermes home's store (or ``--store`` /
+``--prometheus``).
+
+The command line is built by ``observed_engine.demo.dashboard_command`` (the demo starts
+the same dashboard). This process becomes Streamlit (exec), so its exit code is
+Streamlit's, Ctrl-C is Streamlit's clean stop, and a signal sent to this PID reaches the
+server itself. POSIX only, as Hermes (Linux, macOS, WSL).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from .errors import CliError
+
+
+def exec_streamlit(argv, env) -> int:
+    """Replace this process by *argv* (does not return)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(argv[0], argv, env)
+    raise AssertionError("unreachable")      # pragma: no cover
+
+
+def cmd_dashboard(args) -> int:
+    from ..demo import DASHBOARD_APP, DASHBOARD_EXTRA, dashboard_command, streamlit_installed
+
+    if not streamlit_installed():
+        print(f"observed-engine dashboard: {DASHBOARD_EXTRA}", file=sys.stderr)
+        return 2
+    if not DASHBOARD_APP.is_file():
+        raise CliError(f"this observed-engine installation lacks its dashboard app ({DASHBOARD_APP}); "
+                       "fix: reinstall 'observed-engine[dashboard]'")
+    store = Path(args.store).expanduser() if args.store else None
+    argv = dashboard_command(DASHBOARD_APP, store=store, prometheus=args.prometheus, address=args.host,
+                             port=args.port, allow_source_change=args.allow_source_change)
+    # The app prefers an OBSERVED_PROMETHEUS_URL from the environment over its --store flag;
+    # OBSERVED_SOURCE makes the source given here (or the store, by default) the one it opens.
+    env = dict(os.environ, OBSERVED_SOURCE="prometheus" if args.prometheus else "sqlite")
+    return exec_streamlit(argv, env)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("dashboard", help="serve the Streamlit dashboard (needs observed-engine[dashboard])",
+                       description="Serve the dashboard on HOST:PORT (default 127.0.0.1:8501), reading "
+                                   "the current Hermes home's telemetry store unless told otherwise.")
+    source = p.add_mutually_exclusive_group()
+    source.add_argument("--store", metavar="PATH", help="SQLite store to read (default: the Hermes home's)")
+    source.add_argument("--prometheus", metavar="URL", help="read a Prometheus that scrapes the engines instead")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8501, help="port to listen on (default: %(default)s)")
+    p.add_argument("--allow-source-change", action="store_true",
+                   help="let the dashboard's visitors switch to another store or Prometheus")
+    p.set_defaults(func=cmd_dashboard)
