@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -249,3 +250,31 @@ def test_what_an_exit_cannot_deliver_is_said(store_path, caplog):
         blocker.close()
     said = [r.getMessage() for r in caplog.records if "not delivered" in r.getMessage()]
     assert len(said) == 1 and "50 store rows" in said[0], said
+
+
+def _child_calls(engine, conn) -> None:
+    for i in range(1000):
+        engine.should_compress(i)
+    engine.on_session_end("child", [])
+    conn.send((os.getpid(), observed_engine.flush(10.0)))
+    conn.close()
+
+
+def test_a_forked_child_delivers_its_own_telemetry(store_path):
+    """After fork() the child's telemetry was silently lost: 0 of 1,002 rows, flush() False."""
+    import multiprocessing
+
+    engine = observe(NarrowEngine(), settings={"store": {"path": str(store_path)}})
+    engine.should_compress(1)
+    engine.should_compress(2)                       # queued in the parent when it forks: the parent's
+    context = multiprocessing.get_context("fork")
+    parent_end, child_end = context.Pipe()
+    child = context.Process(target=_child_calls, args=(engine, child_end))
+    child.start()
+    child_pid, flushed = parent_end.recv()
+    child.join(30)
+    assert child.exitcode == 0 and flushed is True
+    assert observed_engine.flush(5.0)
+    rows = dict(sqlite3.connect(str(store_path)).execute("SELECT pid, COUNT(*) FROM events GROUP BY pid"))
+    assert rows[child_pid] == 1001                  # its 1,000 should_compress and its on_session_end
+    assert rows[os.getpid()] == 2

@@ -11,6 +11,7 @@ pipeline (``generated_classes``), which capture fills in.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import weakref
@@ -76,13 +77,10 @@ class Pipeline:
 
         self.compress_timeout = float(compress_timeout)
         self.watchdog = CompressionWatchdog(self.compress_timeout, self._on_deadline, self.count_error)
+        self.store_path = store_path
         self.store: Optional[StoreWriter] = None
         if settings.enabled and settings.store.enabled and store_path is not None:
-            self.store = StoreWriter(
-                store_path, retention_days=settings.store.retention_days,
-                max_queue=settings.queue_size, on_error=lambda c, _e: self.count_error(c),
-                on_drop=lambda n: self.count_drop("store_row", n),
-            )
+            self.store = self._new_store()
         self.instruments = Instruments(self.meter, {
             "prompt_tokens": lambda: self._engine_gauge(0),
             "threshold_tokens": lambda: self._engine_gauge(1),
@@ -98,6 +96,30 @@ class Pipeline:
             self.processor.process_batch, capacity=settings.queue_size, enabled=settings.enabled,
             on_drop=lambda n: self.count_drop("event", n),
         )
+
+    def _new_store(self) -> StoreWriter:
+        return StoreWriter(
+            self.store_path, retention_days=self.settings.store.retention_days,
+            max_queue=self.settings.queue_size, on_error=lambda c, _e: self.count_error(c),
+            on_drop=lambda n: self.count_drop("store_row", n),
+        )
+
+    def after_fork_in_child(self) -> None:
+        """A forked child (gunicorn --preload, multiprocessing "fork") inherits this pipeline without
+        its threads: fresh locks, an emptied queue with a worker of its own, a watchdog, a store
+        writer with its own connection, and the child's pid on its rows. The SDK's batch span
+        processor and periodic metric reader re-initialise themselves after a fork; the parent
+        keeps serving /metrics on its port."""
+        self._error_lock = threading.Lock()
+        self._engines_lock = threading.Lock()
+        self._pending_errors, self._pending_drops, self._publish_pending = {}, {}, False
+        self._flush_threads = {}
+        self.processor.pid = os.getpid()
+        self.processor.rows_submitted = 0
+        self.watchdog.after_fork_in_child()
+        if self.store is not None:
+            self.store = self._new_store()      # the parent's SQLite connection must not be used here
+        self.recorder.after_fork_in_child()
 
     # -- accounting of our own failures (any thread) ------------------------------
 

@@ -42,6 +42,17 @@ class Recorder:
         if enabled:   # disabled: no hook records anything, so no thread is started at all
             self._thread.start()
 
+    def after_fork_in_child(self) -> None:
+        """In a forked child: the parent's worker thread does not exist here, and the events
+        queued before the fork are the parent's to deliver. Same deque (the generated hooks hold
+        its ``append``), emptied; fresh locks; a worker thread of the child's own."""
+        self.queue.clear()
+        self._drop_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="observed-engine-worker", daemon=True)
+        if self.enabled and not self._stopped:
+            self._thread.start()
+
     # -- hook side ----------------------------------------------------------------
 
     def push(self, event: tuple) -> None:

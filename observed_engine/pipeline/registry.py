@@ -12,6 +12,8 @@ handler that flushes and stops every registry's pipelines.
 from __future__ import annotations
 
 import atexit
+import logging
+import os
 import threading
 import time
 import weakref
@@ -20,6 +22,8 @@ from typing import Dict, List, Optional
 
 from ..settings import Settings
 from .pipeline import Pipeline
+
+logger = logging.getLogger("observed_engine")
 
 _DEFAULTS = Settings()
 
@@ -119,6 +123,20 @@ def _at_exit() -> None:
             pipeline.shutdown(share)
         except Exception:
             pass
+
+
+def _after_fork_in_child() -> None:
+    for registry in list(_in_use):
+        registry._lock = threading.Lock()
+        for pipeline in registry.pipelines():
+            try:
+                pipeline.after_fork_in_child()
+            except Exception:
+                logger.warning("observed-engine: could not restart telemetry in a forked child; "
+                               "this process's telemetry is lost", exc_info=True)
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def all_pipelines(registry: Optional[Registry] = None) -> List[Pipeline]:

@@ -48,6 +48,13 @@ class CompressionWatchdog:
         self._stopped = False
         self.threads_started = 0
 
+    def after_fork_in_child(self) -> None:
+        """In a forked child: no thread, no call of the parent's is running here."""
+        self._lock = threading.Condition(threading.Lock())
+        self._heap = []
+        self._running = {}
+        self._thread = None
+
     # -- called on the hook path (compress is a cold hook) --------------------
 
     def start(self, engine, engine_name: str, span) -> _Call:
