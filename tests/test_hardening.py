@@ -278,3 +278,21 @@ def test_a_forked_child_delivers_its_own_telemetry(store_path):
     rows = dict(sqlite3.connect(str(store_path)).execute("SELECT pid, COUNT(*) FROM events GROUP BY pid"))
     assert rows[child_pid] == 1001                  # its 1,000 should_compress and its on_session_end
     assert rows[os.getpid()] == 2
+
+
+class Recursing(NarrowEngine):
+    def should_compress(self, prompt_tokens=0):
+        self.depth = prompt_tokens
+        return self.should_compress(prompt_tokens + 1)
+
+
+def test_the_one_inherent_difference_is_documented_recursion_depth(observe_engine):
+    """Each traced hook adds one frame: recursion through its own hook stops at half the depth
+    (README, 'The Python API'). Pinned so a second frame per hook would be noticed."""
+    depths = []
+    for engine in (Recursing(), observe_engine(Recursing())):
+        with pytest.raises(RecursionError):
+            engine.should_compress(0)
+        depths.append(engine.depth)
+    bare, observed = depths
+    assert observed >= bare // 2 - 5
