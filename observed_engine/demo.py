@@ -80,13 +80,13 @@ def make_topic_router(context_length: int = 128_000):
             tokens = prompt_tokens if prompt_tokens is not None else self.last_prompt_tokens
             return tokens >= self.threshold_tokens
 
-        def compress(self, messages, current_tokens=None, focus_topic=None):
+        def compress(self, messages, current_tokens=None, focus_topic=None):  # noqa: ARG002 (the host filters kwargs by this signature)
             self.compression_count += 1
             keep = max(6, len(messages) // 3)
             return messages[:2] + messages[-keep:]
 
-        def select_context(self, request_messages, *, conversation_messages=None,
-                           incoming_message=None, budget_tokens=0):
+        def select_context(self, request_messages, *, conversation_messages=None,  # noqa: ARG002
+                           incoming_message=None, budget_tokens=0):  # noqa: ARG002 (head's call)
             roll = self._rng.random()
             if roll < self.garbage_rate:
                 return {"oops": "not a list"}          # the host falls open
@@ -117,7 +117,7 @@ class OfflineSummariser:
         self.fail_every = fail_every
         self._lock = threading.Lock()
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args, **kwargs):  # noqa: ARG002 (call_llm's signature; the demo answers any call)
         with self._lock:
             self.calls += 1
             n = self.calls
