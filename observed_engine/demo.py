@@ -238,13 +238,12 @@ def streamlit_installed() -> bool:
 
 
 def _dashboard_app() -> Path:
-    spec = importlib.util.find_spec("observed_engine.dashboard")     # found, not imported
+    """The dashboard's Streamlit script inside the installed package (``observed_engine.dashboard``,
+    shipped in the wheel; its dependencies come with the ``[dashboard]`` extra). Found, not imported."""
+    spec = importlib.util.find_spec("observed_engine.dashboard")
     if spec is not None and spec.origin:
         return Path(spec.origin).parent / "app.py"
-    # TEMPORARY: until pyproject.toml maps the top-level dashboard/ folder to observed_engine.dashboard
-    # in every install (an editable install made before that mapping has no such package), use the
-    # checkout's dashboard/app.py next to the package. Remove once the mapping has shipped.
-    return Path(__file__).resolve().parent.parent / "dashboard" / "app.py"
+    return Path(__file__).resolve().parent / "dashboard" / "app.py"     # is_file() says it is missing
 
 
 # The installed dashboard's Streamlit script, observed_engine/dashboard/app.py (may be missing:
