@@ -18,18 +18,25 @@ import time
 from collections import deque
 from pathlib import Path
 from typing import Callable, Iterable, Optional
+from urllib.parse import quote
 
 from ..contract.store_schema import INSERT_SQL, SCHEMA_SQL, SCHEMA_VERSION
 
 logger = logging.getLogger("observed_engine.store")
 
 
+def readonly_uri(path: os.PathLike | str) -> str:
+    """The ``file:`` URI that opens ``path`` read-only: the absolute path percent-quoted, so a
+    ``#``, ``?`` or ``%`` in it is part of the path (unquoted, ``.../C#proj/x.sqlite`` opens
+    ``.../C`` read-write and creates it)."""
+    return "file:" + quote(os.fsencode(os.path.abspath(os.fspath(path)))) + "?mode=ro"
+
+
 def connect(path: os.PathLike | str, *, readonly: bool = False, timeout: float = 5.0) -> sqlite3.Connection:
     """Open the store. Writers create the schema; readers open read-only (URI mode=ro)."""
     path = Path(path)
     if readonly:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=timeout, check_same_thread=False)
-        return conn
+        return sqlite3.connect(readonly_uri(path), uri=True, timeout=timeout, check_same_thread=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
