@@ -39,7 +39,7 @@ def wheel(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("wheel")
     src = root / "src"
     src.mkdir()
-    for name in ("pyproject.toml", "README.md"):
+    for name in ("pyproject.toml", "README.md", "LICENSE"):
         shutil.copy2(REPO / name, src / name)
     for name in ("observed_engine", "dashboard"):       # dashboard/ is installed as observed_engine.dashboard
         shutil.copytree(REPO / name, src / name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -96,3 +96,122 @@ def test_install_from_the_wheel_writes_the_repository_files(wheel, tmp_path):
     for name in cli_paths.PLUGIN_FILE_NAMES:
         assert (written / name).read_bytes() == (PLUGIN_SRC / name).read_bytes(), name
     assert (written / cli_paths.MARKER_FILE).exists()
+
+
+# -- packaging: what the wheel holds and what it pulls in ---------------------------------------
+
+DASHBOARD_STACK = {"streamlit", "pandas", "pyarrow", "numpy", "altair"}
+
+
+def _declared_packages() -> set:
+    import tomllib
+
+    return set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+
+
+def test_the_package_list_names_every_package_directory():
+    """pyproject lists its packages (the dashboard comes from another folder): none may be forgotten."""
+    found = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "observed_engine").rglob("__init__.py")
+             if "__pycache__" not in p.parts}
+    found |= {"observed_engine." + ".".join(p.parent.relative_to(REPO).parts)
+              for p in (REPO / "dashboard").rglob("__init__.py") if "__pycache__" not in p.parts}
+    assert found == _declared_packages()
+
+
+def test_the_wheel_holds_every_module_of_the_tree(wheel):
+    with zipfile.ZipFile(wheel) as zf:
+        names = set(zf.namelist())
+    for root, prefix in ((REPO / "observed_engine", "observed_engine"), (REPO / "dashboard", "observed_engine/dashboard")):
+        for path in root.rglob("*.py"):
+            if "__pycache__" in path.parts:
+                continue
+            assert f"{prefix}/{path.relative_to(root).as_posix()}" in names, path
+
+
+def _requirement_names(requirements, extra=None):
+    from packaging.requirements import Requirement
+
+    out = set()
+    for text in requirements or ():
+        req = Requirement(text)
+        env = {"extra": extra or ""}
+        if req.marker is None or req.marker.evaluate(env):
+            out.add(req.name.lower().replace("_", "-"))
+    return out
+
+
+def test_the_core_install_pulls_in_no_streamlit_pandas_or_pyarrow(wheel):
+    """Installing the wheel into Hermes' environment adds no dashboard stack: not in the wheel's own
+    requirements, nor in anything they require (walked through the metadata of the installed
+    distributions; offline)."""
+    import importlib.metadata as md
+    from email.parser import Parser
+
+    with zipfile.ZipFile(wheel) as zf:
+        [meta] = [n for n in zf.namelist() if n.endswith(".dist-info/METADATA")]
+        metadata = Parser().parsestr(zf.read(meta).decode())
+    assert metadata["License-Expression"] == "MIT"
+    core = _requirement_names(metadata.get_all("Requires-Dist"))
+    with_dashboard = _requirement_names(metadata.get_all("Requires-Dist"), extra="dashboard")
+    assert {"streamlit", "pandas"} <= with_dashboard
+    seen, todo = set(), set(core)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            todo |= _requirement_names(md.requires(name))
+        except md.PackageNotFoundError:
+            pass
+    assert "ruamel.yaml" in seen and "opentelemetry-sdk" in seen
+    assert not (seen & DASHBOARD_STACK), sorted(seen & DASHBOARD_STACK)
+
+
+def test_the_dashboard_is_served_from_the_installed_wheel(wheel, tmp_path):
+    """`observed-engine dashboard --store PATH` from the wheel alone (no checkout on the path), on
+    127.0.0.1."""
+    import socket
+    import time
+    import urllib.request
+
+    site = tmp_path / "site"
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "PYTHON", "OBSERVED_"))}
+    env["PYTHONPATH"] = str(site)
+    env["HERMES_HOME"] = str(tmp_path / "home")
+    where = subprocess.run([sys.executable, "-c", "import observed_engine.dashboard as d; print(d.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
+    assert Path(where.stdout.strip()).resolve().is_relative_to(site.resolve()), where.stdout + where.stderr
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = tmp_path / "dashboard.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "observed_engine", "dashboard", "--store",
+                                 str(tmp_path / "none-yet.sqlite"), "--port", str(port)],
+                                cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.3)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as r:
+            assert r.status == 200
+        assert str(site) in " ".join(psutil_cmdline(proc.pid)), psutil_cmdline(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def psutil_cmdline(pid: int) -> list:
+    import psutil
+
+    return psutil.Process(pid).cmdline()
