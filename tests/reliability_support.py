@@ -12,10 +12,8 @@ import hashlib
 import inspect
 import json
 import logging
-import socket
 import sqlite3
 import threading
-import time
 import types
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -615,59 +613,6 @@ def record_text(record) -> str:
 
 def matching(records, needle: str) -> list:
     return [r for r in records if needle in record_text(r)]
-
-
-# --------------------------------------------------------------------------- network on 127.0.0.1
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class BlackHole:
-    """A listening socket that never accepts: connects succeed, requests hang."""
-
-    def __init__(self) -> None:
-        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(128)
-        self.port = self.sock.getsockname()[1]
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def scrape(port: int, timeout: float = 5.0) -> str:
-    import urllib.request
-
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as resp:
-        return resp.read().decode()
-
-
-def prom_value(text: str, name: str, **labels) -> float:
-    """Sum of the samples of ``name`` whose labels include ``labels`` in Prometheus text output."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                total += sample.value
-    return total
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            value = predicate()
-        except Exception:
-            value = None
-        if value or time.monotonic() >= deadline:
-            return value
-        time.sleep(interval)
 
 
 def twins(factory: Callable[[], Any], pipeline: Pipeline) -> Tuple[Any, Any]:

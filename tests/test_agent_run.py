@@ -16,11 +16,9 @@ import functools
 import importlib.metadata as md
 import os
 import shutil
-import socket
 import sqlite3
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -29,6 +27,7 @@ import observed_engine
 from observed_engine import is_observed
 from observed_engine import plugin as plugin_side   # register() (re-exported by hermes_plugin) looks build_engine up here
 from support.otel import metric_points
+from support.servers import free_port, scrape
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_llm_server import FakeLLMServer  # noqa: E402
@@ -39,12 +38,6 @@ GROUP = "hermes_agent.plugins"
 MODEL = "fake-model"
 CONTEXT_LENGTH = 64_000      # Hermes' minimum; threshold 85% = 54,400 tokens
 TURNS = 8
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture
@@ -190,7 +183,7 @@ def test_agent_run_bundled_route(hermes_env, llm):
     """Operator path: settings-built exporters (store + Prometheus), no providers injected."""
     home, engines = hermes_env
     shutil.copytree(PLUGIN_SRC, engines / "observed")        # what `install --route bundled` does
-    port = _free_port()
+    port = free_port()
     _write_config(home, llm, route="bundled", prometheus_port=port)
 
     started = time.monotonic()
@@ -198,8 +191,7 @@ def test_agent_run_bundled_route(hermes_env, llm):
     turns = _chat(agent, llm)
     _assert_run(agent, llm, turns, home)
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
-        metrics = resp.read().decode()
+    metrics = scrape(port)
     compressed = [line for line in metrics.splitlines()
                   if line.startswith("hermes_context_compressions_total{")
                   and 'engine="compressor"' in line and 'outcome="compressed"' in line]

@@ -32,23 +32,19 @@ from observed_engine import REGISTRY
 from otlp_receiver import OtlpReceiver
 from reliability_support import (
     STANDARD_HOOKS,
-    BlackHole,
     LedgerEngine,
     Pipeline,
-    free_port,
     host_calls,
     install_summariser,
     make_compressor,
     matching,
     our_records,
-    prom_value,
     run_script,
     run_sessions,
-    scrape,
     standard_script,
     store_count,
-    wait_for,
 )
+from support.servers import BlackHole, free_port, prom_value, scrape, wait_until
 
 ERRORS = "hermes_context_engine_telemetry_errors_total"
 DROPPED = "hermes_context_engine_telemetry_dropped_total"
@@ -142,7 +138,7 @@ def test_dead_otlp_endpoint(fault, protocol, tmp_path, caplog):
             return (prom_value(text, ERRORS, component="exporter_otlp_traces") >= 2
                     and prom_value(text, ERRORS, component="exporter_otlp_metrics") >= 1
                     and prom_value(text, HOOK_CALLS) == sum(calls.values()))
-        assert wait_for(counted, timeout=20), "failed exports were not counted, or hook calls were lost"
+        assert wait_until(counted, timeout=20), "failed exports were not counted, or hook calls were lost"
         text = scrape(prom_port)
         _exact_hook_counts_on_metrics(text, calls)
         assert prom_value(text, DROPPED, signal="event") == 0
@@ -170,7 +166,7 @@ def test_slow_otlp_endpoint_loses_nothing(tmp_path, caplog):
         _assert_not_slowed(latencies)
         assert observed_engine.flush(20.0)
         total = sum(calls.values())
-        assert wait_for(lambda: receiver.span_count("context_engine.") >= total, timeout=20)
+        assert wait_until(lambda: receiver.span_count("context_engine.") >= total, timeout=20)
         assert receiver.span_count("context_engine.") == total, "spans were lost or duplicated"
         text = scrape(prom_port)
         assert prom_value(text, ERRORS) == 0
@@ -228,7 +224,7 @@ def test_store_locked_for_a_while(tmp_path, monkeypatch, caplog):
     locker.execute("BEGIN EXCLUSIVE")           # another process holds the write lock
     try:
         calls = run_sessions(pipeline, LedgerEngine, 20)
-        assert wait_for(lambda: (_pump(pipeline), pipeline.total("hermes.context_engine.telemetry_errors",
+        assert wait_until(lambda: (_pump(pipeline), pipeline.total("hermes.context_engine.telemetry_errors",
                                                                   flush=False, component="store") >= 2)[1],
                         timeout=15), "lock failures were not counted"
         assert store_count(path) == 0
@@ -248,7 +244,7 @@ def test_store_read_only_or_full_then_recovers(kind, tmp_path, monkeypatch, capl
     pipeline = _store_pipeline(tmp_path)
     path = tmp_path / "store.sqlite"
     calls = run_sessions(pipeline, LedgerEngine, 40)
-    assert wait_for(lambda: (_pump(pipeline), pipeline.total("hermes.context_engine.telemetry_errors",
+    assert wait_until(lambda: (_pump(pipeline), pipeline.total("hermes.context_engine.telemetry_errors",
                                                               flush=False, component="store") >= 2)[1],
                     timeout=15), f"{kind} failures were not counted"
     assert store_count(path) < sum(calls.values())
@@ -275,7 +271,7 @@ def test_store_path_unusable_keeps_the_bound_then_delivers_it(tmp_path, caplog):
         calls = {h: calls.get(h, 0) + more[h] for h in more}
         pipeline.telemetry.flush(0.3)
     total = sum(calls.values())
-    assert wait_for(lambda: writer.rows_dropped + len(writer._pending) + len(writer._queue) == total, timeout=10)
+    assert wait_until(lambda: writer.rows_dropped + len(writer._pending) + len(writer._queue) == total, timeout=10)
     kept = len(writer._pending) + len(writer._queue)
     assert kept >= bound, "the store kept fewer rows than its bound promised"
     _pump(pipeline)
@@ -288,7 +284,7 @@ def test_store_path_unusable_keeps_the_bound_then_delivers_it(tmp_path, caplog):
     assert len(failures) == 1
     # the operator fixes the path: exactly the rows that were kept arrive, none twice
     blocker.unlink()
-    assert wait_for(lambda: path.exists() and writer.rows_written == kept, timeout=10)
+    assert wait_until(lambda: path.exists() and writer.rows_written == kept, timeout=10)
     pipeline.flush()
     assert store_count(path) == kept
 
@@ -313,9 +309,9 @@ def test_prometheus_port_taken(tmp_path, caplog):
         telemetry = _only_pipeline()
         assert telemetry.built.prometheus_address is None
         assert observed_engine.flush(10.0)
-        assert wait_for(lambda: receiver.metric_total("hermes.context_engine.hook.calls") == sum(calls.values()),
+        assert wait_until(lambda: receiver.metric_total("hermes.context_engine.hook.calls") == sum(calls.values()),
                         timeout=10), "the other exporters must go on working"
-        assert wait_for(lambda: receiver.metric_total("hermes.context_engine.telemetry_errors",
+        assert wait_until(lambda: receiver.metric_total("hermes.context_engine.telemetry_errors",
                                                       component="exporter_prometheus") == 1, timeout=10), \
             "the port clash was not counted"
     finally:
@@ -421,8 +417,8 @@ def test_configured_exporters_that_raise(tmp_path, monkeypatch, caplog):
     more = run_sessions(_observe_with(settings), LedgerEngine, 5)
     calls = {h: calls[h] + more[h] for h in calls}
     assert observed_engine.flush(10.0)
-    assert wait_for(lambda: spans.calls >= 2 and metrics.calls >= 2, timeout=10)
-    assert wait_for(lambda: prom_value(scrape(prom_port), ERRORS, component="exporter_otlp_traces") >= 2
+    assert wait_until(lambda: spans.calls >= 2 and metrics.calls >= 2, timeout=10)
+    assert wait_until(lambda: prom_value(scrape(prom_port), ERRORS, component="exporter_otlp_traces") >= 2
                     and prom_value(scrape(prom_port), ERRORS, component="exporter_otlp_metrics") >= 2, timeout=10)
     _exact_hook_counts_on_metrics(scrape(prom_port), calls)
     assert store_count(tmp_path / "store.sqlite") == sum(calls.values())

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-import urllib.request
 
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -22,16 +21,11 @@ from observed_engine import REGISTRY, Registry, is_observed, observe, unobserve
 from observed_engine.api import pipeline_of
 from engines import NarrowEngine, transcript
 from otlp_receiver import OtlpReceiver
-from support.servers import free_port
+from support.servers import free_port, scrape
 
 
 def _observed_threads():
     return sorted(t.name for t in threading.enumerate() if t.name.startswith("observed-engine"))
-
-
-def _scrape(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        return response.read().decode()
 
 
 def test_a_tracer_provider_alone_keeps_the_builtin_prometheus_metrics(store_path):
@@ -44,7 +38,7 @@ def test_a_tracer_provider_alone_keeps_the_builtin_prometheus_metrics(store_path
                      settings={"prometheus": {"enabled": True, "port": port}, "store": {"path": str(store_path)}})
     engine.should_compress(10)
     assert observed_engine.flush(5.0)
-    assert "hermes_context_engine_hook_calls_total" in _scrape(port)       # metrics: built from settings
+    assert "hermes_context_engine_hook_calls_total" in scrape(port)       # metrics: built from settings
     assert [s.name for s in spans.get_finished_spans()] == ["context_engine.should_compress"]   # spans: ours
     assert pipeline_of(engine).built.tracer_provider is None
 
@@ -84,7 +78,7 @@ def test_engines_differing_only_in_name_share_one_pipeline(store_path, caplog):
     first.should_compress(1)
     second.should_compress(2)
     assert observed_engine.flush(5.0)
-    assert 'hook="should_compress"' in _scrape(port)
+    assert 'hook="should_compress"' in scrape(port)
 
 
 def test_disabled_starts_no_thread(store_path):

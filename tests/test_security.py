@@ -34,7 +34,6 @@ from reliability_support import (
     ToolEngine,
     TouchyEngine,
     conversation,
-    free_port,
     install_summariser,
     make_compressor,
     our_records,
@@ -43,6 +42,7 @@ from reliability_support import (
     span_texts,
     store_rows,
 )
+from support.servers import free_port
 
 
 class CanarySelector(SelectorEngine):

@@ -1,4 +1,5 @@
-"""Network helpers on 127.0.0.1: free ports, dead endpoints, real Prometheus / Alertmanager, a webhook.
+"""Network helpers on 127.0.0.1: free ports, dead endpoints, /metrics scrapes, polling, real Prometheus /
+Alertmanager, a webhook.
 
 Servers are started as subprocesses (``ServerProcess``) with their PID recorded; ``stop()`` kills
 exactly that PID.
@@ -64,7 +65,7 @@ class BlackHole:
         self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(64)
+        self.sock.listen(128)
         self.port = self.sock.getsockname()[1]
 
     def close(self) -> None:
@@ -82,7 +83,26 @@ def http_get(url: str, timeout: float = 5.0) -> str:
         return resp.read().decode()
 
 
-def wait_until(predicate: Callable[[], Any], timeout: float, interval: float = 0.1) -> Any:
+def scrape(port: int, timeout: float = 5.0) -> str:
+    """The text of GET http://127.0.0.1:<port>/metrics (an exporter's Prometheus endpoint)."""
+    return http_get(f"http://127.0.0.1:{port}/metrics", timeout=timeout)
+
+
+def prom_value(text: str, name: str, **labels) -> float:
+    """Sum of the samples of ``name`` whose labels include ``labels`` in Prometheus text output."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                total += sample.value
+    return total
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05) -> Any:
+    """Poll ``predicate`` (exceptions count as false) until it is truthy or ``timeout`` passed;
+    returns its last value."""
     deadline = time.monotonic() + timeout
     while True:
         try:
