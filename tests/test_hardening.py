@@ -297,3 +297,19 @@ def test_the_one_inherent_difference_is_documented_recursion_depth():
         depths.append(engine.depth)
     bare, observed = depths
     assert observed >= bare // 2 - 5
+
+
+def test_a_compress_call_the_signature_rejects_is_not_a_compress(observe_engine, finished_spans, metric_points):
+    """Hermes <= 0.18.2 calls compress(..., force=True) and retries without force on TypeError: for an
+    engine without ``force`` every compaction recorded an ERROR span and an error count (issue 14.3)."""
+    bare, engine = NarrowEngine(), observe_engine(NarrowEngine())
+    messages = transcript(12)
+    for twin in (bare, engine):
+        with pytest.raises(TypeError) as raised:
+            twin.compress(list(messages), current_tokens=5, force=True)
+        assert "force" in str(raised.value)
+    assert engine.compress(list(messages), current_tokens=5) == bare.compress(list(messages), current_tokens=5)
+    spans = [s for s in finished_spans() if s.name == "context_engine.compress"]
+    assert len(spans) == 1 and spans[0].status.is_ok
+    calls = metric_points("hermes.context_engine.hook.calls")
+    assert {dict(k)["outcome"]: v for k, v in calls.items() if dict(k)["hook"] == "compress"} == {"ok": 1}

@@ -72,11 +72,13 @@ def _context_getter() -> Callable[[], Any]:
 _get_current_context = _context_getter()
 
 
-def make_hook(cls, spec, original, pipeline, meta, state_in_instance: bool, observe_copy: Callable[[Any], Any]):
-    """The override of hook ``spec`` for the generated class ``cls``, calling ``original``."""
+def make_hook(cls, spec, original, pipeline, meta, state_in_instance: bool, observe_copy: Callable[[Any], Any],
+              signature=None):
+    """The override of hook ``spec`` for the generated class ``cls``, calling ``original``.
+    ``signature``: the bare engine's (with ``self``), or None when it has none."""
     idx = HOOK_INDEX[spec.name]
     if spec.kind == COMPRESS:
-        return _make_compress_hook(idx, original, pipeline, meta)
+        return _rejected_calls_untraced(_make_compress_hook(idx, original, pipeline, meta), original, signature)
     if spec.kind == TOOL:
         return _make_tool_hook(idx, original, pipeline, meta)
     if spec.kind == CLONE:
@@ -306,6 +308,24 @@ def _make_compress_hook(idx, original, pipeline, meta):
         return CompressCapture(before, _snapshot_messages(result), late, read_state(self), read_summary(self))
 
     return _make_guarded_hook(idx, original, pipeline, start, finish)
+
+
+def _rejected_calls_untraced(hook, original, signature):
+    """A call the inner's signature rejects is not a compress: Hermes <= 0.18.2 calls
+    ``compress(..., force=)`` and retries without it on TypeError, so for an engine without
+    ``force`` every compaction recorded an error although the engine never ran. Such a call
+    goes straight to the inner (the same TypeError, from the same place) and is not recorded."""
+    if signature is None:
+        return hook
+    bind = signature.bind
+
+    def compress(self, *args, **kwargs):
+        try:
+            bind(self, *args, **kwargs)
+        except TypeError:
+            return original(self, *args, **kwargs)
+        return hook(self, *args, **kwargs)
+    return compress
 
 
 def _make_tool_hook(idx, original, pipeline, meta):

@@ -139,7 +139,8 @@ def _generated_class(inner_cls, pipeline, inner_name, exposed, available, signat
 
     for name in available:
         original = _original_caller(cls, inner_cls, name)
-        fn = make_hook(cls, BY_NAME[name], original, pipeline, meta, state_in_instance, observe_copy)
+        fn = make_hook(cls, BY_NAME[name], original, pipeline, meta, state_in_instance, observe_copy,
+                       signatures.get(name))
         _copy_identity(fn, inner_cls, name, signatures.get(name))
         setattr(cls, name, fn)
 
