@@ -9,16 +9,13 @@ the objects they return or raise, so the tests can check identity.
 
 from __future__ import annotations
 
-import hashlib
 import inspect
 import json
 import sqlite3
 import sys
 from collections import Counter
-from types import SimpleNamespace
 from typing import Any, Dict, List, Optional
 
-from agent.context_compressor import ContextCompressor
 from agent.context_engine import ContextEngine
 
 CANARY = "CANARY-7f3a9c-secret-text"
@@ -285,18 +282,6 @@ class CloneableEngine(NarrowEngine):
         return self._returning(CloneableEngine(self.seed + 1))
 
 
-class PrivateHelperCompressor(ContextCompressor):
-    """A subclass of the built-in that overrides private helpers."""
-
-    def _serialize_for_summary(self, turns):
-        self.helper_calls = getattr(self, "helper_calls", 0) + 1
-        return "[custom serialisation]\n" + super()._serialize_for_summary(turns)
-
-    def _protect_head_size(self, messages):
-        self.head_size_calls = getattr(self, "head_size_calls", 0) + 1
-        return super()._protect_head_size(messages)
-
-
 class DuckEngine:
     """A wrapper engine that does not subclass ContextEngine.
 
@@ -487,27 +472,7 @@ def scripted_session(engine, messages: Optional[List[Dict[str, Any]]] = None, se
     return log
 
 
-# --------------------------------------------------------------------------- the built-in's summariser, stubbed
-
-class FakeLLM:
-    """Stands in for ``agent.context_compressor.call_llm``: a deterministic summary."""
-
-    def __init__(self) -> None:
-        self.calls = 0
-        self.tasks: List[str] = []
-        self.prompts: List[str] = []
-
-    def __call__(self, **kwargs):
-        self.calls += 1
-        self.tasks.append(kwargs.get("task"))
-        prompt = kwargs["messages"][0]["content"]
-        self.prompts.append(prompt)
-        digest = hashlib.sha256(prompt.encode()).hexdigest()[:12]
-        content = (f"## Goal\nFinish the test task.\n## Progress\nSummary {self.calls} of "
-                   f"{len(prompt)} chars ({digest}).\n## Next steps\nContinue.")
-        message = SimpleNamespace(content=content, role="assistant")
-        return SimpleNamespace(choices=[SimpleNamespace(message=message, finish_reason="stop")], usage=None)
-
+# --------------------------------------------------------------------------- the 0.19.0 host's agent, stood in
 
 class MemoryManager:
     """An external memory provider: hands the compressor a memory context."""

@@ -1,20 +1,17 @@
 """Helpers for the reliability suite (differential, fault injection, load, bad input, security).
 
-Everything here is deterministic and offline: the built-in compressor's summariser
-is replaced by a pure function, servers listen on 127.0.0.1 only, and every
-pipeline is built from SDK providers the tests can read exactly.
+Everything here is deterministic and offline: every pipeline is built from SDK
+providers the tests can read exactly.
 """
 
 from __future__ import annotations
 
 import copy
-import hashlib
 import inspect
 import json
 import logging
 import sqlite3
 import threading
-import types
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from agent.context_engine import ContextEngine
@@ -26,42 +23,6 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from support.otel import metric_points, metrics
 
 CANARY = "CANARY-rel-5d1e0b-do-not-leak"
-
-# --------------------------------------------------------------------------- the built-in, offline
-
-
-def pure_summariser(**kwargs):
-    """Stands in for ``agent.context_compressor.call_llm``: a summary that depends only on the prompt.
-
-    Stateless on purpose: a bare engine and its observed twin call it with the same
-    prompt and must get the same summary.
-    """
-    messages = kwargs.get("messages") or [{"content": ""}]
-    prompt = str(messages[0].get("content", ""))
-    digest = hashlib.sha256(prompt.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    content = (f"## Goal\nFinish the task.\n## Progress\nSummarised {len(prompt)} chars ({digest}).\n"
-               f"## Next steps\nContinue.")
-    message = types.SimpleNamespace(content=content, role="assistant", tool_calls=None)
-    return types.SimpleNamespace(choices=[types.SimpleNamespace(message=message, finish_reason="stop")],
-                                 usage=None)
-
-
-def install_summariser(monkeypatch) -> None:
-    import agent.context_compressor as cc
-
-    monkeypatch.setattr(cc, "call_llm", pure_summariser)
-
-
-def make_compressor(**kwargs):
-    """The real ContextCompressor, offline (call ``install_summariser`` first)."""
-    import agent.context_compressor as cc
-
-    kwargs.setdefault("config_context_length", 200_000)
-    kwargs.setdefault("quiet_mode", True)
-    kwargs.setdefault("protect_first_n", 2)
-    kwargs.setdefault("protect_last_n", 4)
-    return cc.ContextCompressor("gpt-4o", **kwargs)
-
 
 # --------------------------------------------------------------------------- small engines of our own
 

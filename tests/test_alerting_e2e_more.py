@@ -52,11 +52,12 @@ import observed_engine
 from observed_engine import observe
 from observed_engine.capture import observed_meta
 
-from agent import context_compressor as cc_module
 from agent.conversation_compression import compress_context
 
 from engines import EngineError, RaisingEngine, StandInAgent, transcript as agent_transcript
-from support.engines import ScriptedEngine, fake_summariser, real_compressor, transcript
+from support.builtin import compressor, real_compressor
+from support.engines import ScriptedEngine, transcript
+from support.llm import SUMMARY_TEXT, FakeLLM, ProviderError, install_llm
 from support.servers import (AlertmanagerServer, PrometheusServer, free_port, http_get, require_binary,
                              wait_until, ALERTMANAGER_BIN, PROMETHEUS_BIN)
 from test_alerting_e2e import RULES, alertmanager_config, webhook  # noqa: F401  (webhook: a fixture)
@@ -135,27 +136,6 @@ def compress_n(engine, n: int, exc_type=RuntimeError) -> None:
             pass
 
 
-class ProviderError(Exception):
-    """What an OpenAI-style SDK raises for an HTTP error: the status code on the exception."""
-
-    def __init__(self, message, status_code=None):
-        super().__init__(message)
-        self.status_code = status_code
-
-
-def summariser(error=None):
-    """A stand-in for ``agent.context_compressor.call_llm``: raises ``error``, or works."""
-    calls = []
-
-    def call_llm(*args, **kwargs):
-        calls.append(kwargs.get("task"))
-        if error is not None:
-            raise error
-        return fake_summariser(*args, **kwargs)
-    call_llm.calls = calls
-    return call_llm
-
-
 def host_compaction(engine, name: str):
     """What the host does at 85 % of a 100k window: the 0.19.0 compress_context() on 81 messages.
     85 % is past the compressor's threshold (75 %) and below NearWindow's 90 %."""
@@ -218,8 +198,6 @@ def test_near_window_compression_errors_summary_and_telemetry_errors_reach_the_w
     ledger_pipeline = observed_meta(ledger).pipeline
     assert ledger_pipeline.store is not None and ledger_pipeline.settings.queue_size == 20
 
-    def builtin():
-        return cc_module.ContextCompressor("gpt-4o", config_context_length=200_000, quiet_mode=True)
     # summariser error -> what the built-in does -> the alert's (kind, cause, severity)
     failing = {
         "auth": (ProviderError("Error code: 401 - invalid api key", status_code=401),
@@ -227,8 +205,8 @@ def test_near_window_compression_errors_summary_and_telemetry_errors_reach_the_w
         "network": (ConnectionError("Connection reset by peer"), ("aborted", "network", "warning")),
         "other": (RuntimeError("upstream exploded (500)"), ("fallback_summary", "other", "warning")),
     }
-    summary_engines = {name: observe(builtin(), settings=settings("summary")) for name in failing}
-    summary_ok = observe(builtin(), settings=settings("summary_ok"))
+    summary_engines = {name: observe(compressor(), settings=settings("summary")) for name in failing}
+    summary_ok = observe(compressor(), settings=settings("summary_ok"))
 
     prom = PrometheusServer(tmp_path / "prometheus", list(instance.values()), rule_files=[rules],
                             alertmanager=am.address)
@@ -270,23 +248,21 @@ def test_near_window_compression_errors_summary_and_telemetry_errors_reach_the_w
     assert observed_engine.flush(5)      # rare: its successes reach /metrics before its errors
     compress_n(rare, 2)
     compress_n(single, 1)
-    ok_llm = summariser()
-    monkeypatch.setattr(cc_module, "call_llm", ok_llm)
+    ok_llm = install_llm(monkeypatch, FakeLLM(SUMMARY_TEXT))
     ok_in, ok_out = host_compaction(summary_ok, "ok")
     assert len(ok_out) < len(ok_in) and ok_llm.calls, "the working summariser must really compress"
     assert not vars(summary_ok)["_last_summary_fallback_used"] and not vars(summary_ok)["_last_compress_aborted"]
 
     t_summary = time.monotonic()
     for name, (error, (kind, _, _)) in failing.items():
-        llm = summariser(error)
-        monkeypatch.setattr(cc_module, "call_llm", llm)
+        llm = install_llm(monkeypatch, FakeLLM(SUMMARY_TEXT, error=error))
         messages, out = host_compaction(summary_engines[name], name)
         assert llm.calls, name                                  # the summariser was really asked
         if kind == "aborted":                                   # messages kept, session not rotated
             assert len(out) == len(messages), name
         else:                                                   # middle turns dropped behind a fallback
             assert len(out) < len(messages), name
-    monkeypatch.setattr(cc_module, "call_llm", fake_summariser)   # as real_compressor() set it, for `full`
+    install_llm(monkeypatch, FakeLLM(SUMMARY_TEXT))   # as real_compressor() set it, for `full`
 
     t_near = time.monotonic()
     full.update_from_response(usage(190_000))          # the host, after a response of 190k prompt tokens

@@ -12,24 +12,20 @@ from collections import Counter
 
 import pytest
 import observed_engine
-from agent.context_compressor import ContextCompressor
 from agent.context_engine import ContextEngine
 
 from engines import CloneableEngine, DuckEngine, KwargsEngine, NarrowEngine, deep_state, transcript
 from observed_engine import is_observed
 from observed_engine import REGISTRY
 from observed_engine.capture import observed_meta
+from support.builtin import compressor
 
 HOOK_CALLS = "hermes.context_engine.hook.calls"
 COMPRESSIONS = "hermes.context.compressions"
 CONV = "gen_ai.conversation.id"
 
 
-def _compressor():
-    return ContextCompressor("gpt-4o", config_context_length=200_000, quiet_mode=True)
-
-
-@pytest.mark.parametrize("factory", [NarrowEngine, KwargsEngine, _compressor, lambda: DuckEngine(NarrowEngine())],
+@pytest.mark.parametrize("factory", [NarrowEngine, KwargsEngine, compressor, lambda: DuckEngine(NarrowEngine())],
                          ids=["narrow", "kwargs", "compressor", "duck"])
 def test_deepcopy_is_independent_instrumented_and_shares_the_pipeline(factory, observe_engine, finished_spans):
     engine = observe_engine(factory())

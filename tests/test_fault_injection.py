@@ -35,8 +35,6 @@ from reliability_support import (
     LedgerEngine,
     Pipeline,
     host_calls,
-    install_summariser,
-    make_compressor,
     matching,
     our_records,
     run_script,
@@ -44,6 +42,8 @@ from reliability_support import (
     standard_script,
     store_count,
 )
+from support.builtin import eager_compressor
+from support.llm import install_llm
 from support.servers import BlackHole, free_port, prom_value, scrape, wait_until
 
 ERRORS = "hermes_context_engine_telemetry_errors_total"
@@ -345,11 +345,11 @@ def test_tokenizer_encodings_missing_falls_back_to_the_estimate(tmp_path, monkey
 
     monkeypatch.setattr(tiktoken.load, "read_file", no_network)
     monkeypatch.setattr(tiktoken.load, "read_file_cached", no_network)
-    install_summariser(monkeypatch)
+    install_llm(monkeypatch)
 
     pipeline = _store_pipeline(tmp_path)
     calls = {}
-    for factory in (LedgerEngine, make_compressor):
+    for factory in (LedgerEngine, eager_compressor):
         for i in range(3):
             run_script(factory(), pipeline.observe(factory()), standard_script(i), calls)
     calls = host_calls(calls)

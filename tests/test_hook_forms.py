@@ -13,10 +13,10 @@ import functools
 import threading
 
 import pytest
-from agent.context_compressor import ContextCompressor
 from agent.context_engine import ContextEngine
 
 from engines import NarrowEngine, transcript
+from support.builtin import compressor
 
 HOOK_CALLS = "hermes.context_engine.hook.calls"
 USAGE_TOKENS = "hermes.context_engine.usage_tokens"
@@ -159,7 +159,7 @@ def test_which_form_each_leaf_hook_takes(observe_engine):
     assert not is_exact(observe_engine(DeclaredSignatureEngine()), "update_from_response")
     decorated = observe_engine(DecoratedEngine())
     assert not is_exact(decorated, "should_compress")         # the wrapper's real signature is variadic
-    builtin = observe_engine(ContextCompressor("gpt-4o", config_context_length=200_000, quiet_mode=True))
+    builtin = observe_engine(compressor())
     assert is_exact(builtin, "should_compress") and is_exact(builtin, "update_from_response")
 
 

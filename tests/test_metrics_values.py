@@ -15,7 +15,8 @@ import observed_engine
 from observed_engine import observe
 from observed_engine.tokens import TokenCounter
 
-from support.engines import ScriptedEngine, real_compressor, transcript
+from support.builtin import real_compressor
+from support.engines import ScriptedEngine, transcript
 from support.otel import make_providers
 
 NO_STORE = {"store": {"enabled": False}}

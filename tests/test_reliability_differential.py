@@ -23,14 +23,14 @@ from reliability_support import (
     ENGINE_FACTORIES,
     Pipeline,
     conversation,
-    install_summariser,
-    make_compressor,
     render,
     run_hook,
     run_script,
     state_of,
     tool_exchange,
 )
+from support.builtin import eager_compressor
+from support.llm import install_llm
 
 HUGE = 100_000
 
@@ -162,7 +162,7 @@ def test_small_engines_are_indistinguishable(engine_kind, tmp_path):
 
 
 def test_builtin_compressor_is_indistinguishable(tmp_path, monkeypatch):
-    install_summariser(monkeypatch)
+    install_llm(monkeypatch)
     pipeline = Pipeline({"store": {"path": str(tmp_path / "store.sqlite")}, "queue_size": 1_000_000})
     calls: dict = {}
 
@@ -174,8 +174,8 @@ def test_builtin_compressor_is_indistinguishable(tmp_path, monkeypatch):
                      ("compress", (conversation(60, words=40), {"current_tokens": 150_000})),
                      ("host_writes", None), ("should_compress", 1_000)], protect_last=4)
     def check(script, protect_last):
-        bare = make_compressor(protect_last_n=protect_last)
-        observed = pipeline.observe(make_compressor(protect_last_n=protect_last))
+        bare = eager_compressor(protect_last_n=protect_last)
+        observed = pipeline.observe(eager_compressor(protect_last_n=protect_last))
         run_script(bare, observed, script, calls)
         pipeline.flush()
 
@@ -190,9 +190,9 @@ def test_builtin_compressor_is_indistinguishable(tmp_path, monkeypatch):
 
 def test_a_compaction_heavy_session_through_the_builtin(tmp_path, monkeypatch):
     """Not random: a long session that surely compacts several times (tool calls, images, huge turns)."""
-    install_summariser(monkeypatch)
+    install_llm(monkeypatch)
     pipeline = Pipeline({"store": {"path": str(tmp_path / "store.sqlite")}})
-    bare, observed = make_compressor(), pipeline.observe(make_compressor())
+    bare, observed = eager_compressor(), pipeline.observe(eager_compressor())
     transcript = conversation(40, text="long")
     transcript.insert(5, {"role": "user", "content": "y" * HUGE})
     script = [("update_model", {"model": "gpt-4o", "context_length": 128_000}),

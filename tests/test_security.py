@@ -34,14 +34,14 @@ from reliability_support import (
     ToolEngine,
     TouchyEngine,
     conversation,
-    install_summariser,
-    make_compressor,
     our_records,
     record_text,
     run_hook,
     span_texts,
     store_rows,
 )
+from support.builtin import eager_compressor
+from support.llm import install_llm
 from support.servers import free_port
 
 
@@ -66,7 +66,7 @@ class CanarySelector(SelectorEngine):
 
 def _drive_everything(pipeline, monkeypatch):
     """Every path content can take, with the canary in all of it."""
-    install_summariser(monkeypatch)
+    install_llm(monkeypatch)
     messages = conversation(30, text=CANARY)
     messages.append({"role": "user", "content": [
         {"type": "text", "text": f"multimodal {CANARY}"},
@@ -75,7 +75,7 @@ def _drive_everything(pipeline, monkeypatch):
     kw = {"current_tokens": 50_000, "focus_topic": f"focus {CANARY}", "memory_context": f"memory {CANARY}"}
     session = "session-1"
 
-    compressor = pipeline.observe(make_compressor())
+    compressor = pipeline.observe(eager_compressor())
     compressor.on_session_start(session, model="gpt-4o")
     compressor.update_from_response({"prompt_tokens": 150_000, "completion_tokens": 10, "total_tokens": 150_010})
     assert compressor.should_compress(150_000) in (True, False)
@@ -267,9 +267,9 @@ def test_dashboard_source_leaves_the_store_untouched(tmp_path, monkeypatch):
     directory = tmp_path / "store"
     directory.mkdir()
     path = directory / "telemetry.sqlite"
-    install_summariser(monkeypatch)
+    install_llm(monkeypatch)
     pipeline = Pipeline({"store": {"path": str(path)}, "capture_content": True})
-    engine = pipeline.observe(make_compressor())
+    engine = pipeline.observe(eager_compressor())
     engine.on_session_start("s1")
     engine.update_from_response({"prompt_tokens": 150_000, "completion_tokens": 5, "total_tokens": 150_005})
     engine.compress(conversation(30, text="dash"), current_tokens=150_000, focus_topic="x")

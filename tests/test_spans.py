@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from agent.context_compressor import ContextCompressor
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 
@@ -19,6 +18,7 @@ from engines import (
     transcript,
 )
 from observed_engine.tokens import TokenCounter
+from support.builtin import compressor
 
 NAME = "hermes.context_engine.name"
 HOOK = "hermes.context_engine.hook"
@@ -226,7 +226,7 @@ def test_capture_content_on_puts_the_text_in(observe_engine, finished_spans):
 
 def test_builtin_hook_calling_another_hook_is_one_span(observe_engine, finished_spans, metric_points):
     """ContextCompressor.on_session_start calls self.bind_session_state(): the host made one call."""
-    engine = observe_engine(ContextCompressor("gpt-4o", config_context_length=200_000, quiet_mode=True))
+    engine = observe_engine(compressor())
     engine.on_session_start("s-1", model="gpt-4o")
     engine.bind_session_state(session_db=None, session_id="s-1")   # a real host call: traced
     spans = finished_spans()

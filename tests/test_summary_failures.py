@@ -15,30 +15,14 @@ from __future__ import annotations
 import sqlite3
 
 import pytest
-from agent import context_compressor as cc_module
-from agent.context_compressor import ContextCompressor
 from agent.conversation_compression import compress_context
 
-from engines import FakeLLM, NarrowEngine, StandInAgent, transcript
+from engines import NarrowEngine, StandInAgent, transcript
+from support.builtin import compressor
+from support.llm import FakeLLM, ProviderError, install_llm
 
 SUMMARY_FAILURES = "hermes.context.compression.summary_failures"
 COMPRESSIONS = "hermes.context.compressions"
-
-
-class ProviderError(Exception):
-    def __init__(self, message, status_code=None):
-        super().__init__(message)
-        self.status_code = status_code
-
-
-def failing_llm(error):
-    calls = []
-
-    def call_llm(**kwargs):
-        calls.append(kwargs.get("task"))
-        raise error
-    call_llm.calls = calls
-    return call_llm
 
 
 def run_compaction(engine):
@@ -49,10 +33,6 @@ def run_compaction(engine):
     messages = transcript(80, 1500, seed="sf")
     out, _ = compress_context(agent, messages, "system message", approx_tokens=60_000)
     return messages, out
-
-
-def compressor():
-    return ContextCompressor("gpt-4o", config_context_length=200_000, quiet_mode=True)
 
 
 def counts(metric_points, name, *labels):
@@ -70,14 +50,14 @@ CASES = [
 @pytest.mark.parametrize("name,error,expected", CASES, ids=[c[0] for c in CASES])
 def test_failed_summary_is_counted(name, error, expected, observe_engine, metric_points,
                                    finished_spans, store_path, monkeypatch):
-    bare_llm, observed_llm = failing_llm(error), failing_llm(error)
-    monkeypatch.setattr(cc_module, "call_llm", bare_llm)
+    bare_llm, observed_llm = FakeLLM(error=error), FakeLLM(error=error)
+    install_llm(monkeypatch, bare_llm)
     bare_in, bare_out = run_compaction(compressor())
-    monkeypatch.setattr(cc_module, "call_llm", observed_llm)
+    install_llm(monkeypatch, observed_llm)
     engine = observe_engine(compressor())
     messages, out = run_compaction(engine)
     # the host sees what it sees without us
-    assert len(observed_llm.calls) == len(bare_llm.calls) > 0
+    assert observed_llm.calls == bare_llm.calls > 0
     assert (out is messages) == (bare_out is bare_in)
     assert [m.get("role") for m in out] == [m.get("role") for m in bare_out]
     assert (vars(engine)["_last_compress_aborted"], vars(engine)["_last_summary_fallback_used"]) == \
@@ -100,7 +80,7 @@ def test_failed_summary_is_counted(name, error, expected, observe_engine, metric
 
 
 def test_working_summariser_counts_nothing(observe_engine, metric_points, monkeypatch):
-    monkeypatch.setattr(cc_module, "call_llm", FakeLLM())
+    install_llm(monkeypatch, FakeLLM())
     engine = observe_engine(compressor())
     messages, out = run_compaction(engine)
     assert len(out) < len(messages)
@@ -110,10 +90,10 @@ def test_working_summariser_counts_nothing(observe_engine, metric_points, monkey
 
 def test_a_later_success_after_a_failure_counts_only_the_failure(observe_engine, metric_points, monkeypatch):
     """The auth flag is sticky in the built-in until a summary succeeds; per-call fields decide."""
-    monkeypatch.setattr(cc_module, "call_llm", failing_llm(ProviderError("401", status_code=401)))
+    install_llm(monkeypatch, FakeLLM(error=ProviderError("401", status_code=401)))
     engine = observe_engine(compressor())
     run_compaction(engine)
-    monkeypatch.setattr(cc_module, "call_llm", FakeLLM())
+    install_llm(monkeypatch, FakeLLM())
     engine._summary_failure_cooldown_until = 0.0      # as a manual /compress (force) would clear it
     run_compaction(engine)
     assert counts(metric_points, SUMMARY_FAILURES, "kind", "cause") == {("aborted", "auth"): 1}

@@ -13,7 +13,6 @@ import copy
 import inspect
 
 import pytest
-from agent import context_compressor as cc_module
 from agent.context_compressor import ContextCompressor
 from agent.context_engine import ContextEngine
 from agent.conversation_compression import compress_context
@@ -21,11 +20,9 @@ from agent.conversation_compression import compress_context
 from engines import (
     DuckEngine,
     EngineError,
-    FakeLLM,
     KwargsEngine,
     MemoryManager,
     NarrowEngine,
-    PrivateHelperCompressor,
     RaisingEngine,
     SelectingEngine,
     SqliteEngine,
@@ -37,17 +34,13 @@ from engines import (
     transcript,
 )
 from observed_engine import is_observed
+from support.builtin import PrivateHelperCompressor, compressor
+from support.llm import install_llm
 
 
 @pytest.fixture
 def fake_llm(monkeypatch):
-    llm = FakeLLM()
-    monkeypatch.setattr(cc_module, "call_llm", llm)
-    return llm
-
-
-def compressor(cls=ContextCompressor, **kw):
-    return cls("gpt-4o", config_context_length=200_000, quiet_mode=True, **kw)
+    return install_llm(monkeypatch)
 
 
 # name -> (factory, classes whose functions are counted, scripted-session options)
@@ -62,7 +55,7 @@ ENGINES = {
     "duck-compressor": (lambda: DuckEngine(compressor()), (DuckEngine, ContextCompressor),
                         {"context_length": 64_000, "big": True}),
     "compressor": (compressor, (ContextCompressor,), {"context_length": 64_000, "big": True}),
-    "private-helper-compressor": (lambda: compressor(PrivateHelperCompressor), (PrivateHelperCompressor,),
+    "private-helper-compressor": (lambda: compressor(cls=PrivateHelperCompressor), (PrivateHelperCompressor,),
                                   {"context_length": 64_000, "big": True}),
 }
 

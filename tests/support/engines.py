@@ -1,31 +1,11 @@
-"""Engines and transcripts for the tests: the real compressor offline, and small scripted engines."""
+"""Engines and transcripts for the tests: small scripted engines (the built-in offline: support/builtin.py)."""
 
 from __future__ import annotations
 
 import threading
-import types
 from typing import Any, Callable, Dict, List, Optional
 
 from agent.context_engine import ContextEngine
-
-SUMMARY_TEXT = "SUMMARY: the user and the assistant discussed numbered messages."
-
-
-def fake_summariser(*args, **kwargs):
-    """Stands in for agent.context_compressor.call_llm (the compressor's only LLM call)."""
-    message = types.SimpleNamespace(content=SUMMARY_TEXT, tool_calls=None)
-    return types.SimpleNamespace(choices=[types.SimpleNamespace(message=message)], usage=None)
-
-
-def real_compressor(monkeypatch, model: str = "gpt-4o", **kwargs):
-    """The built-in ContextCompressor, offline: fake summariser, fixed 200k window."""
-    import agent.context_compressor as cc
-
-    monkeypatch.setattr(cc, "call_llm", fake_summariser)
-    kwargs.setdefault("config_context_length", 200_000)
-    kwargs.setdefault("quiet_mode", True)
-    return cc.ContextCompressor(model, **kwargs)
-
 
 def transcript(n: int, words: int = 30, prefix: str = "message") -> List[Dict[str, Any]]:
     msgs: List[Dict[str, Any]] = [{"role": "system", "content": "You are a helpful assistant."}]

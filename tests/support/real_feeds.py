@@ -47,6 +47,10 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 ROOT = Path(__file__).resolve().parents[2]
+if __name__ == "__main__":   # the child side, run as a script: make tests/support importable as ``support``
+    sys.path.insert(0, str(ROOT / "tests"))
+
+from support.llm import ProviderError  # noqa: E402
 
 # -- the scripted traffic (shared by both feeds) -------------------------------------------
 
@@ -57,14 +61,6 @@ CONTEXT_LENGTH = 64_000
 DEADLINE_S = 0.5            # compress_timeout_seconds
 SLOW_SECONDS = 1.0          # a slow summary takes twice the deadline
 TAG_RATE = 0.75             # untagged turns: the router leaves the request unchanged
-
-
-class ProviderError(Exception):
-    """What a provider SDK raises: a message and an HTTP status (the built-in reads ``status_code``)."""
-
-    def __init__(self, message: str, status_code: Optional[int] = None) -> None:
-        super().__init__(message)
-        self.status_code = status_code
 
 
 # What the summary model does in each session of SCRIPT (by index; others answer at once):
