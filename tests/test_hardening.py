@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
@@ -313,3 +314,23 @@ def test_a_compress_call_the_signature_rejects_is_not_a_compress(observe_engine,
     assert len(spans) == 1 and spans[0].status.is_ok
     calls = metric_points("hermes.context_engine.hook.calls")
     assert {dict(k)["outcome"]: v for k, v in calls.items() if dict(k)["hook"] == "compress"} == {"ok": 1}
+
+
+class StatusEngine(NarrowEngine):
+    """Reads its own name in get_status() and a tool result, as agentic-memory, LCM and context-tuner do."""
+
+    name = "status-engine"
+
+    def get_status(self):
+        return {"engine": self.name}
+
+    def handle_tool_call(self, name, args, **kwargs):
+        return json.dumps({"engine": self.name, "tool": name})
+
+
+def test_the_engine_reads_its_own_name_while_the_host_reads_observed():
+    """The generated class replaced ``name``, so the engine's own self.name read "observed" (issue 14.7)."""
+    engine = observe(StatusEngine(), settings={"name": "observed", "store": False})
+    assert engine.name == "observed"                               # what the host selects by
+    assert engine.get_status() == {"engine": "status-engine"}
+    assert json.loads(engine.handle_tool_call("t", {})) == {"engine": "status-engine", "tool": "t"}

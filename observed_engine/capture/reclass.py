@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import sys
 import types
 from typing import Any, Callable, Dict, Optional
 
@@ -145,7 +146,7 @@ def _generated_class(inner_cls, pipeline, inner_name, exposed, available, signat
         setattr(cls, name, fn)
 
     if exposed is not None:
-        setattr(cls, "name", property(lambda _self, _n=exposed: _n, doc="Engine name the host selects by."))
+        setattr(cls, "name", _exposed_name_property(cls, inner_cls, exposed, engine_abc))
 
     if engine_abc is not None:
         try:
@@ -157,6 +158,49 @@ def _generated_class(inner_cls, pipeline, inner_name, exposed, available, signat
             pass
     classes[key] = cls
     return cls
+
+
+def _exposed_name_property(cls, inner_cls, exposed: str, engine_abc):
+    """``name``: ``exposed`` for the host (it selects the engine by it), the engine's own name for
+    the engine's own code. An engine that reads ``self.name`` in its get_status() or a tool result
+    (which the model reads) must not see "observed". Its code is told apart by the caller's code
+    object: one of the functions its classes define (the ABC's and ours excluded)."""
+    own_codes = set()
+    for klass in inner_cls.__mro__:
+        if klass is object or klass is engine_abc:
+            continue
+        for value in vars(klass).values():
+            for fn in _functions_in(value):
+                code = getattr(fn, "__code__", None)
+                if code is not None:
+                    own_codes.add(code)
+    getframe = sys._getframe
+
+    def name(self):
+        if getframe(1).f_code in own_codes:
+            try:
+                state = object.__getattribute__(self, "__dict__")
+            except Exception:
+                state = {}
+            if "name" in state:
+                return state["name"]
+            return getattr(super(cls, self), "name")
+        return exposed
+
+    def set_name(self, value):       # an engine that writes self.name keeps its own name
+        object.__getattribute__(self, "__dict__")["name"] = value
+
+    return property(name, set_name, doc="Engine name the host selects by (the engine's own code sees its own).")
+
+
+def _functions_in(value):
+    if isinstance(value, (staticmethod, classmethod)):
+        value = value.__func__
+    if isinstance(value, property):
+        return [f for f in (value.fget, value.fset, value.fdel) if f is not None]
+    if isinstance(value, types.FunctionType):
+        return [value]
+    return []
 
 
 def _signature_of(inner, name) -> Optional[inspect.Signature]:
