@@ -77,6 +77,11 @@ class StoreWriter:
     seconds. Failures (locked file, read-only file, full disk) are logged once
     per kind and counted through ``on_error``; the rows of a failed batch are
     kept and retried up to ``max_queue`` in total, so a short lock loses nothing.
+
+    Neither the constructor nor ``submit``/``flush``/``close`` raise into the caller, and
+    the thread does not die: if it cannot be started (``RuntimeError: can't start new
+    thread``), rows are queued and the start is retried at the next ``submit``/``flush``
+    (counted and logged once); a callback that raises is ignored.
     """
 
     def __init__(
@@ -106,24 +111,80 @@ class StoreWriter:
         self.rows_dropped = 0
         self._idle = threading.Condition()
         self._busy = False
-        self._thread = threading.Thread(target=self._run, name="observed-engine-store", daemon=True)
-        self._thread.start()
+        self._count_lock = threading.Lock()
+        self._thread: Optional[threading.Thread] = None
+        self._thread_lock = threading.Lock()
+        self._thread_failed = False        # a failed start was logged and counted (once)
+        self._start_thread()
 
     host = socket.gethostname()
 
+    def _start_thread(self) -> bool:
+        """Start the writer thread unless it runs; False when it cannot be started (now)."""
+        with self._thread_lock:
+            t = self._thread
+            if t is not None and t.is_alive():
+                return True
+            if self._stop:
+                return False
+            t = threading.Thread(target=self._run, name="observed-engine-store", daemon=True)
+            try:
+                t.start()
+            except Exception as exc:       # RuntimeError: can't start new thread (threads, memory)
+                if not self._thread_failed:
+                    self._thread_failed = True
+                    try:
+                        logger.warning("observed-engine store %s: cannot start the writer thread (%s); rows are "
+                                       "queued (up to %d) and the start is retried at the next submit",
+                                       self.path, exc, self.max_queue)
+                    except Exception:
+                        pass
+                    self._notify_error(exc)
+                return False
+            self._thread = t
+            return True
+
+    def _thread_running(self) -> bool:
+        t = self._thread
+        return t is not None and t.is_alive()
+
+    def _notify_error(self, exc: BaseException) -> None:
+        if self._on_error:
+            try:
+                self._on_error("store", exc)
+            except Exception:
+                pass
+
+    def _count_dropped(self, n: int) -> None:
+        with self._count_lock:
+            self.rows_dropped += n
+        if self._on_drop:
+            try:
+                self._on_drop(n)
+            except Exception:
+                pass
+
     def submit(self, rows: Iterable[tuple]) -> None:
-        q = self._queue
-        for row in rows:
-            if len(q) >= self.max_queue:
-                self.rows_dropped += 1
-                if self._on_drop:
-                    self._on_drop(1)
-                continue
-            q.append(row)
+        try:
+            q = self._queue
+            dropped = 0
+            for row in rows:
+                if len(q) >= self.max_queue:
+                    dropped += 1
+                    continue
+                q.append(row)
+            if dropped:
+                self._count_dropped(dropped)
+            if not self._stop and not self._thread_running():
+                self._start_thread()
+        except Exception as exc:           # never into the caller
+            self._error("submit", exc)
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until everything submitted so far is committed (or failed)."""
         deadline = time.monotonic() + timeout
+        if not self._thread_running() and (self._stop or not self._start_thread()):
+            return not (self._queue or self._pending)
         self._wake.set()
         with self._idle:
             while self._queue or self._pending or self._busy:
@@ -138,8 +199,10 @@ class StoreWriter:
         self.flush(timeout)
         self._stop = True
         self._wake.set()
-        self._thread.join(timeout)
-        if not self._thread.is_alive() and self._conn is not None:
+        t = self._thread
+        if t is not None:
+            t.join(timeout)
+        if not self._thread_running() and self._conn is not None:
             try:
                 self._conn.close()
             except Exception:
@@ -149,27 +212,33 @@ class StoreWriter:
     # -- the writer thread ---------------------------------------------------
 
     def _error(self, kind: str, exc: BaseException) -> None:
-        if kind not in self._logged_errors:
-            self._logged_errors.add(kind)
-            logger.warning("observed-engine store %s failed (%s): %s; rows are kept in memory up to %d and retried",
-                           self.path, kind, exc, self.max_queue)
-        if self._on_error:
-            self._on_error("store", exc)
+        """Log the first failure of each kind, count every one (``on_error``); never raises."""
+        try:
+            if kind not in self._logged_errors:
+                self._logged_errors.add(kind)
+                logger.warning("observed-engine store %s failed (%s): %s; rows are kept in memory up to %d and "
+                               "retried", self.path, kind, exc, self.max_queue)
+        except Exception:
+            pass
+        self._notify_error(exc)
 
     def _run(self) -> None:
         while not self._stop:
-            self._wake.wait(self.flush_interval)
-            self._wake.clear()
-            with self._idle:
-                self._busy = True
             try:
-                self._write_batch()
-            except BaseException as exc:  # never let the thread die
-                self._error(type(exc).__name__, exc)
-            finally:
+                self._wake.wait(self.flush_interval)
+                self._wake.clear()
                 with self._idle:
-                    self._busy = False
-                    self._idle.notify_all()
+                    self._busy = True
+                try:
+                    self._write_batch()
+                except BaseException as exc:  # never let the thread die
+                    self._error(type(exc).__name__, exc)
+                finally:
+                    with self._idle:
+                        self._busy = False
+                        self._idle.notify_all()
+            except BaseException:              # the bookkeeping itself failed (memory): go on
+                time.sleep(0.05)
 
     def _write_batch(self) -> None:
         q = self._queue
@@ -209,9 +278,7 @@ class StoreWriter:
             keep = batch[: self.max_queue]
             lost = len(batch) - len(keep)
             if lost:
-                self.rows_dropped += lost
-                if self._on_drop:
-                    self._on_drop(lost)
+                self._count_dropped(lost)
             self._pending = keep
             if self._conn is not None and isinstance(exc, sqlite3.DatabaseError) and "locked" not in str(exc):
                 try:
