@@ -110,6 +110,13 @@ def schema_markdown() -> str:
         "10 minutes. Several processes may write one file: each batch is one `BEGIN IMMEDIATE` transaction and "
         "SQLite's busy timeout (5 s) serialises them. A failed batch (locked, read-only, full disk) is kept in "
         "memory up to the queue bound and retried; rows beyond the bound are dropped and counted in "
-        "`hermes_context_engine_telemetry_dropped_total{signal=\"store_row\"}`.",
+        "`hermes_context_engine_telemetry_dropped_total{signal=\"store_row\"}`.", "",
+        "A batch that fails because of its data (not the file) is never retried as it is. Text is made storable "
+        "once: each lone surrogate (a header decoded with `surrogateescape`) becomes U+FFFD, an integer beyond "
+        "64 bits or a value of another type becomes NULL (counted in "
+        "`hermes_context_engine_telemetry_errors_total{component=\"store\"}`, logged once). A row that still "
+        "cannot be stored (a NOT NULL column without a value, the wrong number of values) is skipped, counted "
+        "in `hermes_context_engine_telemetry_dropped_total{signal=\"store_row\"}` and logged once; the other "
+        "rows of its batch are written.",
     ]
     return "\n".join(lines) + "\n"

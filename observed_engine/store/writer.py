@@ -56,17 +56,56 @@ def connect(path: os.PathLike | str, *, readonly: bool = False, timeout: float =
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)
 
 
-def _storable(row: tuple) -> tuple:
-    """``row`` with every value SQLite cannot store replaced by NULL."""
-    out = []
-    for value in row:
-        if value is None or type(value) in (str, float, bytes):
-            out.append(value)
-        elif isinstance(value, int):
-            out.append(int(value) if _INT64[0] <= value <= _INT64[1] else None)
-        else:
-            out.append(None)
-    return tuple(out)
+def storable_text(text: str) -> str:
+    """``text`` as a string SQLite can store (UTF-8): each lone surrogate becomes U+FFFD
+    (a pair of surrogates, which is one character in UTF-16, is joined into it)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def _storable_value(value):
+    if value is None or type(value) is float or type(value) is bytes:
+        return value
+    if isinstance(value, str):
+        fixed = storable_text(value)
+        return value if fixed == value else fixed
+    if isinstance(value, int):
+        return value if _INT64[0] <= value <= _INT64[1] else None
+    if isinstance(value, float):
+        return value
+    if isinstance(value, (bytearray, memoryview)):
+        return bytes(value)
+    return None
+
+
+def _storable(row):
+    """``row`` with lone surrogates in text replaced (U+FFFD) and every other value SQLite
+    cannot store replaced by NULL; ``row`` itself (the same object) when nothing changed or
+    when it is not a row at all (that one fails again, alone, and is skipped)."""
+    if not isinstance(row, (tuple, list)):
+        return row
+    out = tuple(map(_storable_value, row))
+    if all(a is b for a, b in zip(out, row)):
+        return row
+    return out
+
+
+def _is_data_error(exc: BaseException) -> bool:
+    """True when ``exc`` is about the values of a row (that row fails again however often it is
+    retried: a lone surrogate, an unbindable type, a NOT NULL column without a value, the wrong
+    number of values), False when it is about the file (locked, read-only, full, I/O, corrupt)."""
+    if isinstance(exc, (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError)):
+        return True
+    if isinstance(exc, sqlite3.ProgrammingError):
+        return "closed" not in str(exc)
+    if isinstance(exc, sqlite3.Error):
+        return False
+    return isinstance(exc, (ValueError, TypeError, OverflowError))      # UnicodeEncodeError is a ValueError
 
 
 class StoreWriter:
@@ -77,6 +116,12 @@ class StoreWriter:
     seconds. Failures (locked file, read-only file, full disk) are logged once
     per kind and counted through ``on_error``; the rows of a failed batch are
     kept and retried up to ``max_queue`` in total, so a short lock loses nothing.
+
+    A batch that fails because of its data is never retried as it is: its values are made
+    storable once (lone surrogates -> U+FFFD, an int beyond 64 bits or an odd type -> NULL;
+    counted through ``on_error`` and logged once), and if it still fails its rows are inserted
+    one by one: a row that still fails is skipped, counted as dropped (``on_drop``, i.e.
+    ``telemetry_dropped_total{signal="store_row"}``) and logged once; the others are written.
 
     Neither the constructor nor ``submit``/``flush``/``close`` raise into the caller, and
     the thread does not die: if it cannot be started (``RuntimeError: can't start new
@@ -211,15 +256,30 @@ class StoreWriter:
 
     # -- the writer thread ---------------------------------------------------
 
-    def _error(self, kind: str, exc: BaseException) -> None:
-        """Log the first failure of each kind, count every one (``on_error``); never raises."""
+    _MESSAGES = {
+        "value": "observed-engine store %(path)s: a row held a value SQLite cannot store as it is (%(exc)s); "
+                 "stored with lone surrogates as U+FFFD and unstorable values as NULL",
+        "row": "observed-engine store %(path)s: skipped a row that cannot be stored (%(exc)s); such rows are "
+               "counted in hermes_context_engine_telemetry_dropped_total{signal=\"store_row\"}, the rest of "
+               "their batch is written",
+    }
+
+    def _log_once(self, kind: str, exc: BaseException) -> None:
         try:
             if kind not in self._logged_errors:
                 self._logged_errors.add(kind)
-                logger.warning("observed-engine store %s failed (%s): %s; rows are kept in memory up to %d and "
-                               "retried", self.path, kind, exc, self.max_queue)
+                template = self._MESSAGES.get(kind)
+                if template is None:
+                    logger.warning("observed-engine store %s failed (%s): %s; rows are kept in memory up to %d "
+                                   "and retried", self.path, kind, exc, self.max_queue)
+                else:
+                    logger.warning(template, {"path": self.path, "exc": exc})
         except Exception:
             pass
+
+    def _error(self, kind: str, exc: BaseException) -> None:
+        """Log the first failure of each kind, count every one (``on_error``); never raises."""
+        self._log_once(kind, exc)
         self._notify_error(exc)
 
     def _run(self) -> None:
@@ -252,28 +312,14 @@ class StoreWriter:
         try:
             if self._conn is None:
                 self._conn = connect(self.path)
-            conn = self._conn
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                try:
-                    conn.executemany(INSERT_SQL, batch)
-                except (OverflowError, sqlite3.InterfaceError, sqlite3.ProgrammingError) as exc:
-                    # A value SQLite cannot bind (an int beyond 64 bits, an odd type) would fail
-                    # this batch forever and block every later row: store the rows without it.
-                    conn.execute("ROLLBACK")
-                    batch = [_storable(row) for row in batch]
-                    conn.execute("BEGIN IMMEDIATE")
-                    conn.executemany(INSERT_SQL, batch)
-                    self._error("value", exc)
-                conn.execute("COMMIT")
-            except BaseException:
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-                raise
-            self.rows_written += len(batch)
+            written, repaired, skipped = self._insert(self._conn, batch)
+            self.rows_written += written
             self._logged_errors.discard("write")
+            if repaired is not None:
+                self._error("value", repaired)
+            if skipped:
+                self._log_once("row", skipped[1])
+                self._count_dropped(skipped[0])
         except Exception as exc:
             keep = batch[: self.max_queue]
             lost = len(batch) - len(keep)
@@ -291,6 +337,55 @@ class StoreWriter:
             time.sleep(min(1.0, self.flush_interval * 2))
             return
         self._maybe_retention()
+
+    @staticmethod
+    def _insert(conn: sqlite3.Connection, batch: list):
+        """Insert ``batch`` in one transaction: (rows written, the error that made values be
+        repaired or None, (rows skipped, the first error) or None). A failure about the file
+        raises (the caller keeps the batch); one about the data never makes the batch fail."""
+        repaired = skipped = None
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            try:
+                conn.executemany(INSERT_SQL, batch)
+                written = len(batch)
+            except Exception as exc:
+                if not _is_data_error(exc):
+                    raise
+                # Retried as it is, this batch would fail forever and block every later row.
+                conn.execute("ROLLBACK")
+                fixed = [_storable(row) for row in batch]
+                if any(a is not b for a, b in zip(fixed, batch)):
+                    repaired = exc
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    conn.executemany(INSERT_SQL, fixed)
+                    written = len(fixed)
+                except Exception as exc2:
+                    if not _is_data_error(exc2):
+                        raise
+                    conn.execute("ROLLBACK")
+                    conn.execute("BEGIN IMMEDIATE")
+                    written, n_skipped, first = 0, 0, None
+                    for row in fixed:                  # one by one: isolate the rows that cannot be stored
+                        try:
+                            conn.execute(INSERT_SQL, row)
+                            written += 1
+                        except Exception as exc3:
+                            if not _is_data_error(exc3):
+                                raise
+                            n_skipped += 1
+                            first = first or exc3
+                    if n_skipped:
+                        skipped = (n_skipped, first)
+            conn.execute("COMMIT")
+        except BaseException:
+            try:
+                conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass
+            raise
+        return written, repaired, skipped
 
     def _maybe_retention(self) -> None:
         if not self.retention_days or self._conn is None:
