@@ -5,10 +5,10 @@ Kept generic on purpose: any test module may use these.
 
 * ``hermes_home`` (autouse): ``HERMES_HOME`` points at a fresh temporary
   directory, so neither Hermes nor the store ever touches ``~/.hermes``.
-* ``span_exporter`` / ``tracer_provider``: SDK ``TracerProvider`` with a
-  ``SimpleSpanProcessor`` into an ``InMemorySpanExporter``.
-* ``metric_reader`` / ``meter_provider``: SDK ``MeterProvider`` with an
-  ``InMemoryMetricReader``.
+* ``prov``: the test's ``support.otel.Providers`` (SDK providers with in-memory
+  readers; exact metric values); ``span_exporter`` / ``tracer_provider`` and
+  ``metric_reader`` / ``meter_provider`` are its ``InMemorySpanExporter`` /
+  ``TracerProvider`` and ``InMemoryMetricReader`` / ``MeterProvider``.
 * ``store_path``: where the embedded store of this test lives.
 * ``observed_settings``: the settings mapping the ``observe_engine`` factory
   passes (store under the temporary home).
@@ -26,11 +26,8 @@ Kept generic on purpose: any test module may use these.
 from __future__ import annotations
 
 import pytest
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from support.otel import Providers
 
 
 @pytest.fixture(autouse=True)
@@ -47,30 +44,33 @@ def store_path(hermes_home):
 
 
 @pytest.fixture
-def span_exporter():
-    return InMemorySpanExporter()
-
-
-@pytest.fixture
-def tracer_provider(span_exporter):
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(span_exporter))
-    yield provider
-    _shutdown_pipelines()   # before the provider: the workers may still end spans
-    provider.shutdown()
-
-
-@pytest.fixture
-def metric_reader():
-    return InMemoryMetricReader()
-
-
-@pytest.fixture
-def meter_provider(metric_reader):
-    provider = MeterProvider(metric_readers=[metric_reader])
-    yield provider
+def prov():
+    """support/otel.py providers (spans, exact metric values); pipelines stopped after the test,
+    before the providers (the workers may still end spans)."""
+    p = Providers()
+    yield p
     _shutdown_pipelines()
-    provider.shutdown()
+    p.shutdown()
+
+
+@pytest.fixture
+def span_exporter(prov):
+    return prov.exporter
+
+
+@pytest.fixture
+def tracer_provider(prov):
+    return prov.tracer_provider
+
+
+@pytest.fixture
+def metric_reader(prov):
+    return prov.reader
+
+
+@pytest.fixture
+def meter_provider(prov):
+    return prov.meter_provider
 
 
 @pytest.fixture
@@ -79,50 +79,27 @@ def observed_settings(store_path):
 
 
 @pytest.fixture
-def observe_engine(tracer_provider, meter_provider, observed_settings):
-    from observed_engine import observe
-
+def observe_engine(prov, observed_settings):
     def _observe(inner, **overrides):
-        settings = dict(observed_settings)
-        settings.update(overrides)
-        return observe(inner, tracer_provider=tracer_provider, meter_provider=meter_provider, settings=settings)
+        return prov.observe(inner, **dict(observed_settings, **overrides))
 
     return _observe
 
 
 @pytest.fixture
-def finished_spans(span_exporter):
-    import observed_engine
-
+def finished_spans(prov):
     def _spans():
-        assert observed_engine.flush(10.0), "observed_engine.flush() timed out"
-        return list(span_exporter.get_finished_spans())
+        return prov.spans(timeout=10.0)
 
     return _spans
 
 
-def _collect_points(reader, name):
-    """{frozenset of attributes: value (counters, gauges) or count (histograms)}."""
-    from support.otel import metric_points
-
-    points = {}
-    for attrs, dp in metric_points(reader, name):
-        key = frozenset(attrs.items())
-        value = getattr(dp, "value", None)
-        if value is None:
-            value = getattr(dp, "count", None)
-        points[key] = points.get(key, 0) + value
-    return points
-
-
 @pytest.fixture
-def metric_points(metric_reader):
-    import observed_engine
-
+def metric_points(prov):
     def _points(name, flush=True):
         if flush:
-            assert observed_engine.flush(10.0), "observed_engine.flush() timed out"
-        return _collect_points(metric_reader, name)
+            prov.flush(10.0)
+        return prov.by_attributes(name)
 
     return _points
 
@@ -139,15 +116,3 @@ def _shutdown_pipelines():
 def _observed_cleanup():
     yield
     _shutdown_pipelines()
-
-
-@pytest.fixture
-def prov():
-    """tests/support/otel.py providers (spans, exact metric values); pipelines stopped after the test."""
-    import observed_engine
-    from support.otel import make_providers
-
-    p = make_providers()
-    yield p
-    observed_engine.shutdown(5.0)
-    p.shutdown()

@@ -12,15 +12,9 @@ import json
 import logging
 import sqlite3
 import threading
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from agent.context_engine import ContextEngine
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from support.otel import metric_points, metrics
 
 CANARY = "CANARY-rel-5d1e0b-do-not-leak"
 
@@ -429,116 +423,7 @@ def conversation(n: int, text: str = "", words: int = 20) -> List[Dict[str, Any]
     return out
 
 
-# --------------------------------------------------------------------------- pipelines we can read
-
-
-class CountingSpans(SpanProcessor):
-    """Counts finished spans by name without keeping them (for load tests)."""
-
-    def __init__(self) -> None:
-        self.by_name: Dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def on_end(self, span) -> None:
-        with self._lock:
-            self.by_name[span.name] = self.by_name.get(span.name, 0) + 1
-
-
-class Pipeline:
-    """SDK providers with in-memory readers, and ``observe()`` bound to them."""
-
-    def __init__(self, settings: Optional[dict] = None, *, keep_spans: bool = True,
-                 extra_span_processors: Iterable[SpanProcessor] = (), metric_readers: Iterable = ()) -> None:
-        self.settings = dict(settings or {})
-        self.exporter = InMemorySpanExporter()
-        self.counting = CountingSpans()
-        self.tracer_provider = TracerProvider()
-        self.tracer_provider.add_span_processor(self.counting)
-        for processor in extra_span_processors:
-            self.tracer_provider.add_span_processor(processor)
-        if keep_spans:
-            self.tracer_provider.add_span_processor(SimpleSpanProcessor(self.exporter))
-        self.reader = InMemoryMetricReader()
-        self.meter_provider = MeterProvider(metric_readers=[self.reader, *metric_readers])
-
-    def observe(self, inner):
-        from observed_engine import observe
-
-        return observe(inner, tracer_provider=self.tracer_provider, meter_provider=self.meter_provider,
-                       settings=self.settings)
-
-    @property
-    def telemetry(self):
-        from observed_engine.api import pipeline_for
-
-        return pipeline_for(self.tracer_provider, self.meter_provider, self.settings)
-
-    def flush(self, timeout: float = 30.0) -> None:
-        import observed_engine
-        from observed_engine import REGISTRY
-
-        if observed_engine.flush(timeout):
-            return
-        details = []
-        for telemetry in REGISTRY.pipelines():
-            recorder, store = telemetry.recorder, telemetry.store
-            details.append(dict(
-                ours=telemetry is self.telemetry, worker_alive=recorder._thread.is_alive(),
-                queued=len(recorder.queue), processed=recorder.processed, dropped=recorder.dropped,
-                store_queue=len(store._queue) if store else None, store_pending=len(store._pending) if store else None,
-                store_busy=store._busy if store else None, store_written=store.rows_written if store else None))
-        raise AssertionError(f"observed_engine.flush() timed out: {details}")
-
-    def spans(self) -> list:
-        self.flush()
-        return list(self.exporter.get_finished_spans())
-
-    def points(self, name: str, flush: bool = True) -> List[Tuple[dict, Any]]:
-        if flush:
-            self.flush()
-        return metric_points(self.reader, name)
-
-    def total(self, name: str, flush: bool = True, **attrs) -> float:
-        t = 0
-        for a, dp in self.points(name, flush=flush):
-            if all(a.get(k) == v for k, v in attrs.items()):
-                v = getattr(dp, "value", None)
-                t += v if v is not None else dp.count
-        return t
-
-    def metric_names_and_labels(self) -> List[str]:
-        """Every metric name, label key and label value (for leak checks)."""
-        self.flush()
-        out: List[str] = []
-        for metric in metrics(self.reader):
-            out.append(metric.name)
-            out.append(metric.description or "")
-            for dp in metric.data.data_points:
-                for k, v in dict(dp.attributes or {}).items():
-                    out.extend((str(k), str(v)))
-        return out
-
-    def shutdown(self) -> None:
-        for provider in (self.tracer_provider, self.meter_provider):
-            try:
-                provider.shutdown()
-            except Exception:
-                pass
-
-
-def span_texts(span) -> List[str]:
-    """Every string a span carries: name, attributes, events, links, status."""
-    out = [span.name, str(span.status.description or "")]
-    for k, v in dict(span.attributes or {}).items():
-        out.extend((str(k), str(v)))
-    for event in span.events:
-        out.append(event.name)
-        for k, v in dict(event.attributes or {}).items():
-            out.extend((str(k), str(v)))
-    for link in span.links:
-        for k, v in dict(link.attributes or {}).items():
-            out.extend((str(k), str(v)))
-    return out
+# --------------------------------------------------------------------------- reading what was recorded
 
 
 def store_rows(path) -> List[tuple]:
@@ -576,7 +461,7 @@ def matching(records, needle: str) -> list:
     return [r for r in records if needle in record_text(r)]
 
 
-def twins(factory: Callable[[], Any], pipeline: Pipeline) -> Tuple[Any, Any]:
+def twins(factory: Callable[[], Any], pipeline) -> Tuple[Any, Any]:
     """A bare engine and an observed engine built the same way."""
     bare = factory()
     observed = pipeline.observe(factory())

@@ -26,7 +26,7 @@ import pytest
 import observed_engine
 from observed_engine import is_observed
 from observed_engine import plugin as plugin_side   # register() (re-exported by hermes_plugin) looks build_engine up here
-from support.otel import metric_points
+from support.otel import Providers
 from support.servers import free_port, scrape
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -202,22 +202,12 @@ def test_agent_run_bundled_route(hermes_env, llm):
 def test_agent_run_entry_point_route(hermes_env, llm, monkeypatch):
     """General plugin route (plugins.enabled: [observed]); spans and metrics read
     from SDK providers handed to observe() through the plugin's build_engine."""
-    from opentelemetry.sdk.metrics import MeterProvider
-    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
     home, _engines = hermes_env
     _ensure_entry_point(monkeypatch)
     _write_config(home, llm, route="entrypoint", prometheus_port=None)
-    spans = InMemorySpanExporter()
-    tracer_provider = TracerProvider()
-    tracer_provider.add_span_processor(SimpleSpanProcessor(spans))
-    reader = InMemoryMetricReader()
-    meter_provider = MeterProvider(metric_readers=[reader])
+    providers = Providers()
     monkeypatch.setattr(plugin_side, "build_engine", functools.partial(
-        plugin_side.build_engine, tracer_provider=tracer_provider, meter_provider=meter_provider))
+        plugin_side.build_engine, tracer_provider=providers.tracer_provider, meter_provider=providers.meter_provider))
 
     agent = _make_agent(llm)
     import hermes_cli.plugins as hp
@@ -227,12 +217,12 @@ def test_agent_run_entry_point_route(hermes_env, llm, monkeypatch):
     turns = _chat(agent, llm)
     _assert_run(agent, llm, turns, home)
 
-    compress_spans = [s for s in spans.get_finished_spans() if s.name == "context_engine.compress"]
+    compress_spans = [s for s in providers.exporter.get_finished_spans() if s.name == "context_engine.compress"]
     assert compress_spans
     outcomes = {s.attributes.get("hermes.context.compress.outcome") for s in compress_spans}
     assert "compressed" in outcomes
     assert {s.attributes.get("hermes.context_engine.name") for s in compress_spans} == {"compressor"}
 
-    points = [(a, p.value) for a, p in metric_points(reader, "hermes.context.compressions")]
+    points = [(a, p.value) for a, p in providers.points("hermes.context.compressions")]
     assert any(a.get("engine") == "compressor" and a.get("outcome") == "compressed" and v >= 1
                for a, v in points), points

@@ -17,7 +17,8 @@ import sqlite3
 import pytest
 
 from head_host import HeadHost
-from reliability_support import LedgerEngine, Pipeline, matching, our_records, render, run_hook, state_of
+from reliability_support import LedgerEngine, matching, our_records, render, run_hook, state_of
+from support.otel import Providers
 
 REPEAT = 3          # every input is given three times: counted three times, logged once
 
@@ -29,7 +30,7 @@ def _debug_logs(caplog):
 
 @pytest.fixture
 def pipeline(tmp_path):
-    p = Pipeline({"store": {"path": str(tmp_path / "store.sqlite")}})
+    p = Providers({"store": {"path": str(tmp_path / "store.sqlite")}})
     yield p
     p.shutdown()
 
@@ -90,16 +91,16 @@ def test_odd_usage(usage, kinds, prompt, pipeline, caplog):
         _same_for_host(bare, observed, "update_from_response", (usage,))
     pipeline.flush()
     for kind in kinds:
-        assert pipeline.total("hermes.context_engine.bad_input", flush=False, engine="ledger",
+        assert pipeline.total("hermes.context_engine.bad_input", engine="ledger",
                               hook="update_from_response", kind=kind) == REPEAT
         assert len(_bad_input_log(caplog, kind)) == 1, kind
-    assert pipeline.total("hermes.context_engine.bad_input", flush=False) == REPEAT * len(kinds)
+    assert pipeline.total("hermes.context_engine.bad_input") == REPEAT * len(kinds)
     assert sorted(_store_reasons(pipeline, "bad_input")) == sorted(kinds * REPEAT)
-    assert pipeline.total("hermes.context_engine.usage_tokens", flush=False, token_type="prompt") == REPEAT * prompt
+    assert pipeline.total("hermes.context_engine.usage_tokens", token_type="prompt") == REPEAT * prompt
     if not kinds:
         assert not matching(our_records(caplog, logging.WARNING), "odd input")
     # the call itself is a normal, successful hook call
-    assert pipeline.total("hermes.context_engine.hook.calls", flush=False, hook="update_from_response",
+    assert pipeline.total("hermes.context_engine.hook.calls", hook="update_from_response",
                           outcome="ok") == REPEAT
 
 
@@ -123,7 +124,7 @@ def test_a_value_sqlite_cannot_store_does_not_block_the_store(pipeline, caplog):
         conn.close()
     assert rows == [(None, None)] + [(100 + i, 100 + i) for i in range(REPEAT)]
     pipeline.flush()    # the store's error reaches the counter through the worker
-    assert pipeline.total("hermes.context_engine.telemetry_errors", component="store") == 1
+    assert pipeline.total("hermes.context_engine.telemetry_errors", flush=True, component="store") == 1
     assert len(matching(our_records(caplog, logging.WARNING), "failed (value)")) == 1
 
 
@@ -135,9 +136,9 @@ def test_odd_usage_reaching_an_engine_that_raises(pipeline, caplog):
     got = _same_for_host(bare, observed, "update_from_response", ({"prompt_tokens": "12"},))
     assert got.exc is not None and type(got.exc).__name__ == "TouchyError"
     pipeline.flush()
-    assert pipeline.total("hermes.context_engine.hook.calls", flush=False, hook="update_from_response",
+    assert pipeline.total("hermes.context_engine.hook.calls", hook="update_from_response",
                           outcome="error") == 1
-    assert pipeline.total("hermes.context_engine.bad_input", flush=False,
+    assert pipeline.total("hermes.context_engine.bad_input",
                           kind="usage_field_prompt_tokens_str") == 1
 
 
@@ -193,15 +194,15 @@ def test_malformed_messages(hook, messages, kind, pipeline, caplog):
         assert got.exc is None
     pipeline.flush()
     if kind is None:
-        assert pipeline.total("hermes.context_engine.bad_input", flush=False) == 0
+        assert pipeline.total("hermes.context_engine.bad_input") == 0
         assert not matching(our_records(caplog, logging.WARNING), "odd input")
     else:
-        assert pipeline.total("hermes.context_engine.bad_input", flush=False, engine="passthrough", hook=hook,
+        assert pipeline.total("hermes.context_engine.bad_input", engine="passthrough", hook=hook,
                               kind=kind) == REPEAT
-        assert pipeline.total("hermes.context_engine.bad_input", flush=False) == REPEAT
+        assert pipeline.total("hermes.context_engine.bad_input") == REPEAT
         assert _store_reasons(pipeline, "bad_input") == [kind] * REPEAT
         assert len(_bad_input_log(caplog, kind)) == 1
-    assert pipeline.total("hermes.context_engine.hook.calls", flush=False, hook=hook, outcome="ok") == REPEAT
+    assert pipeline.total("hermes.context_engine.hook.calls", hook=hook, outcome="ok") == REPEAT
 
 
 # --------------------------------------------------------------------------- garbage select_context returns
@@ -249,7 +250,7 @@ def test_garbage_select_context_returns(returned, detail, result, pipeline, capl
         assert state_of(observed) == state_of(bare)
     assert [w[:2] for w in host_o.warnings] == [w[:2] for w in host_b.warnings]
     pipeline.flush()
-    fail_open = pipeline.total("hermes.context_engine.fail_open", flush=False, engine="garbage",
+    fail_open = pipeline.total("hermes.context_engine.fail_open", engine="garbage",
                                hook="select_context", reason="invalid_return")
     logged = matching(our_records(caplog, logging.WARNING), "select_context returned an invalid value")
     if detail is None:
@@ -258,9 +259,9 @@ def test_garbage_select_context_returns(returned, detail, result, pipeline, capl
         assert fail_open == REPEAT
         assert len(logged) == 1 and detail in logged[0].getMessage()
         assert _store_reasons(pipeline, "fail_open") == ["invalid_return"] * REPEAT
-    selections = pipeline.total("hermes.context.selections", flush=False, engine="garbage", result=result)
+    selections = pipeline.total("hermes.context.selections", engine="garbage", result=result)
     if result == "changed_selection":
         assert selections == 1      # the same selection again is a same_selection
-        assert pipeline.total("hermes.context.selections", flush=False, result="same_selection") == REPEAT - 1
+        assert pipeline.total("hermes.context.selections", result="same_selection") == REPEAT - 1
     else:
         assert selections == REPEAT

@@ -13,7 +13,8 @@ import threading
 import time
 
 import observed_engine
-from reliability_support import LedgerEngine, Pipeline
+from reliability_support import LedgerEngine
+from support.otel import Providers
 
 THREADS = 32
 SESSIONS = 1000
@@ -23,7 +24,7 @@ HOOKS = ("on_session_start", "update_from_response", "should_compress", "compres
 
 def test_32_threads_x_1000_sessions_exact_totals(tmp_path):
     store = tmp_path / "store.sqlite"
-    pipeline = Pipeline({"store": {"path": str(store)}, "queue_size": 2_000_000, "traces": TRACES}, keep_spans=False)
+    pipeline = Providers({"store": {"path": str(store)}, "queue_size": 2_000_000, "traces": TRACES}, keep_spans=False)
     template = pipeline.observe(LedgerEngine())
     messages = [{"role": "system", "content": "s"}, {"role": "user", "content": "hello"},
                 {"role": "assistant", "content": "hi"}]
@@ -66,15 +67,15 @@ def test_32_threads_x_1000_sessions_exact_totals(tmp_path):
 
     telemetry = pipeline.telemetry
     assert telemetry.recorder.dropped == 0
-    assert pipeline.total("hermes.context_engine.telemetry_dropped") == 0
-    assert pipeline.total("hermes.context_engine.telemetry_errors") == 0
+    assert pipeline.total("hermes.context_engine.telemetry_dropped", flush=True) == 0
+    assert pipeline.total("hermes.context_engine.telemetry_errors", flush=True) == 0
     for hook in HOOKS:
-        assert pipeline.total("hermes.context_engine.hook.calls", flush=False, engine="ledger", hook=hook,
+        assert pipeline.total("hermes.context_engine.hook.calls", engine="ledger", hook=hook,
                               outcome="ok") == expected, hook
         if TRACES:
             assert pipeline.counting.by_name.get(f"context_engine.{hook}") == expected, hook
-    assert pipeline.total("hermes.context_engine.hook.calls", flush=False) == total
-    assert pipeline.total("hermes.context_engine.usage_tokens", flush=False, token_type="completion") == 5 * expected
+    assert pipeline.total("hermes.context_engine.hook.calls") == total
+    assert pipeline.total("hermes.context_engine.usage_tokens", token_type="completion") == 5 * expected
 
     conn = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
     try:

@@ -21,7 +21,6 @@ import observed_engine
 from observed_engine import observe
 
 from support.engines import ScriptedEngine, SelectingEngine, transcript
-from support.otel import make_providers
 from support.store_rows import read_rows
 
 FAIL_OPEN = "hermes.context_engine.fail_open"

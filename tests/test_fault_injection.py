@@ -33,7 +33,6 @@ from otlp_receiver import OtlpReceiver
 from reliability_support import (
     STANDARD_HOOKS,
     LedgerEngine,
-    Pipeline,
     host_calls,
     matching,
     our_records,
@@ -42,6 +41,7 @@ from reliability_support import (
     standard_script,
     store_count,
 )
+from support.otel import Providers
 from support.builtin import eager_compressor
 from support.llm import install_llm
 from support.servers import BlackHole, free_port, prom_value, scrape, wait_until
@@ -206,7 +206,7 @@ class _StoreFault:
 
 
 def _store_pipeline(tmp_path, **settings):
-    return Pipeline({"store": {"path": str(tmp_path / "store.sqlite")}, **settings})
+    return Providers({"store": {"path": str(tmp_path / "store.sqlite")}, **settings})
 
 
 def _pump(pipeline, seconds=0.3):
@@ -225,7 +225,7 @@ def test_store_locked_for_a_while(tmp_path, monkeypatch, caplog):
     try:
         calls = run_sessions(pipeline, LedgerEngine, 20)
         assert wait_until(lambda: (_pump(pipeline), pipeline.total("hermes.context_engine.telemetry_errors",
-                                                                  flush=False, component="store") >= 2)[1],
+                                                                  component="store") >= 2)[1],
                         timeout=15), "lock failures were not counted"
         assert store_count(path) == 0
     finally:
@@ -233,8 +233,8 @@ def test_store_locked_for_a_while(tmp_path, monkeypatch, caplog):
         locker.close()
     pipeline.flush()
     assert store_count(path) == sum(calls.values()), "rows kept in memory did not arrive after the lock"
-    assert pipeline.total("hermes.context_engine.telemetry_dropped") == 0
-    assert pipeline.total("hermes.context_engine.hook.calls") == sum(calls.values())
+    assert pipeline.total("hermes.context_engine.telemetry_dropped", flush=True) == 0
+    assert pipeline.total("hermes.context_engine.hook.calls", flush=True) == sum(calls.values())
     assert len(matching(our_records(caplog, logging.WARNING), "failed (write)")) == 1
 
 
@@ -245,13 +245,13 @@ def test_store_read_only_or_full_then_recovers(kind, tmp_path, monkeypatch, capl
     path = tmp_path / "store.sqlite"
     calls = run_sessions(pipeline, LedgerEngine, 40)
     assert wait_until(lambda: (_pump(pipeline), pipeline.total("hermes.context_engine.telemetry_errors",
-                                                              flush=False, component="store") >= 2)[1],
+                                                              component="store") >= 2)[1],
                     timeout=15), f"{kind} failures were not counted"
     assert store_count(path) < sum(calls.values())
     fault.active = False                         # disk space freed / file writable again
     pipeline.flush()
     assert store_count(path) == sum(calls.values()), "rows kept in memory did not arrive after recovery"
-    assert pipeline.total("hermes.context_engine.telemetry_dropped") == 0
+    assert pipeline.total("hermes.context_engine.telemetry_dropped", flush=True) == 0
     needle = "readonly" if kind == "readonly" else "database or disk is full"
     failures = matching(our_records(caplog, logging.WARNING), "failed (write)")
     assert len(failures) == 1 and needle in failures[0].getMessage()
@@ -263,7 +263,7 @@ def test_store_path_unusable_keeps_the_bound_then_delivers_it(tmp_path, caplog):
     blocker.write_text("a regular file where the store's directory should be")
     path = blocker / "telemetry.sqlite"          # mkdir fails, even for root
     bound = 50
-    pipeline = Pipeline({"store": {"path": str(path)}, "queue_size": bound})
+    pipeline = Providers({"store": {"path": str(path)}, "queue_size": bound})
     writer = pipeline.telemetry.store
     calls = {}
     for i in range(15):                          # 105 rows for a queue that keeps 50
@@ -275,11 +275,11 @@ def test_store_path_unusable_keeps_the_bound_then_delivers_it(tmp_path, caplog):
     kept = len(writer._pending) + len(writer._queue)
     assert kept >= bound, "the store kept fewer rows than its bound promised"
     _pump(pipeline)
-    assert pipeline.total("hermes.context_engine.telemetry_dropped", flush=False, signal="store_row") == \
+    assert pipeline.total("hermes.context_engine.telemetry_dropped", signal="store_row") == \
         writer.rows_dropped
-    assert pipeline.total("hermes.context_engine.telemetry_dropped", flush=False, signal="event") == 0
-    assert pipeline.total("hermes.context_engine.telemetry_errors", flush=False, component="store") >= 1
-    assert pipeline.total("hermes.context_engine.hook.calls", flush=False) == total
+    assert pipeline.total("hermes.context_engine.telemetry_dropped", signal="event") == 0
+    assert pipeline.total("hermes.context_engine.telemetry_errors", component="store") >= 1
+    assert pipeline.total("hermes.context_engine.hook.calls") == total
     failures = matching(our_records(caplog, logging.WARNING), "failed (write)")
     assert len(failures) == 1
     # the operator fixes the path: exactly the rows that were kept arrive, none twice
@@ -444,14 +444,14 @@ class ExplodingSpanProcessor(SpanProcessor):
 
 def test_host_tracer_provider_that_raises(tmp_path, caplog):
     processor = ExplodingSpanProcessor()
-    pipeline = Pipeline({"store": {"path": str(tmp_path / "store.sqlite")}}, extra_span_processors=[processor])
+    pipeline = Providers({"store": {"path": str(tmp_path / "store.sqlite")}}, extra_span_processors=[processor])
     calls = run_sessions(pipeline, LedgerEngine, 10)
     pipeline.flush()
     assert processor.calls > 0
     total = sum(calls.values())
     assert store_count(tmp_path / "store.sqlite") == total
-    assert pipeline.total("hermes.context_engine.hook.calls") == total
-    assert pipeline.total("hermes.context_engine.telemetry_errors", component="tracing") >= 10
+    assert pipeline.total("hermes.context_engine.hook.calls", flush=True) == total
+    assert pipeline.total("hermes.context_engine.telemetry_errors", flush=True, component="tracing") >= 10
     logged = matching(our_records(caplog, logging.WARNING), "tracing")
     assert len(logged) == 1, [r.getMessage() for r in our_records(caplog, logging.WARNING)]
 
@@ -493,7 +493,7 @@ class BrokenMeterProvider:
 
 @pytest.mark.parametrize("everything", [False, True], ids=["measurements", "even-the-error-counter"])
 def test_host_meter_provider_that_raises(everything, tmp_path, caplog):
-    pipeline = Pipeline({"store": {"path": str(tmp_path / "store.sqlite")}})
+    pipeline = Providers({"store": {"path": str(tmp_path / "store.sqlite")}})
     broken = BrokenMeterProvider(everything)
     settings = pipeline.settings
 

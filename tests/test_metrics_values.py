@@ -17,7 +17,7 @@ from observed_engine.tokens import TokenCounter
 
 from support.builtin import real_compressor
 from support.engines import ScriptedEngine, transcript
-from support.otel import make_providers
+from support.otel import Providers
 
 NO_STORE = {"store": {"enabled": False}}
 
@@ -191,7 +191,7 @@ def test_odd_usage_dicts_count_what_is_valid_and_report_the_rest(prov, caplog):
 
 
 def test_engine_label_values_are_capped_into_other():
-    prov = make_providers()
+    prov = Providers()
     try:
         engines = [observed(ScriptedEngine(n), prov, max_label_values=2) for n in ("alpha", "beta", "gamma")]
         for eng in engines:

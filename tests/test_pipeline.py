@@ -10,17 +10,12 @@ import logging
 import threading
 import time
 
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
 import observed_engine
 from observed_engine import REGISTRY, Registry, is_observed, observe, unobserve
 from observed_engine.api import pipeline_of
 from engines import NarrowEngine, transcript
 from otlp_receiver import OtlpReceiver
+from support.otel import Providers, metrics
 from support.servers import free_port, scrape
 
 
@@ -31,10 +26,9 @@ def _observed_threads():
 def test_a_tracer_provider_alone_keeps_the_builtin_prometheus_metrics(store_path):
     """Passing only a tracer provider used to switch the built-in exporters off for both signals."""
     port = free_port()
-    spans = InMemorySpanExporter()
-    tp = TracerProvider()
-    tp.add_span_processor(SimpleSpanProcessor(spans))
-    engine = observe(NarrowEngine(), tracer_provider=tp,
+    providers = Providers()
+    spans = providers.exporter
+    engine = observe(NarrowEngine(), tracer_provider=providers.tracer_provider,
                      settings={"prometheus": {"enabled": True, "port": port}, "store": {"path": str(store_path)}})
     engine.should_compress(10)
     assert observed_engine.flush(5.0)
@@ -44,10 +38,9 @@ def test_a_tracer_provider_alone_keeps_the_builtin_prometheus_metrics(store_path
 
 
 def test_a_meter_provider_alone_keeps_the_builtin_otlp_spans(store_path):
-    reader = InMemoryMetricReader()
-    mp = MeterProvider(metric_readers=[reader])
+    providers = Providers()
     with OtlpReceiver(grpc_enabled=False) as receiver:
-        engine = observe(NarrowEngine(), meter_provider=mp, settings={
+        engine = observe(NarrowEngine(), meter_provider=providers.meter_provider, settings={
             "otlp": {"enabled": True, "protocol": "http/protobuf", "endpoint": receiver.http_endpoint},
             "store": {"path": str(store_path)}})
         engine.compress(transcript(10))
@@ -56,8 +49,7 @@ def test_a_meter_provider_alone_keeps_the_builtin_otlp_spans(store_path):
         while "context_engine.compress" not in receiver.span_names() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert "context_engine.compress" in receiver.span_names()           # spans: built from settings
-    names = {m.name for rm in reader.get_metrics_data().resource_metrics
-             for sm in rm.scope_metrics for m in sm.metrics}
+    names = {m.name for m in metrics(providers.reader)}
     assert "hermes.context_engine.hook.calls" in names                      # metrics: ours
     assert pipeline_of(engine).built.meter_provider is None
 

@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 
 from reliability_support import (
     ENGINE_FACTORIES,
-    Pipeline,
     conversation,
     render,
     run_hook,
@@ -29,6 +28,7 @@ from reliability_support import (
     state_of,
     tool_exchange,
 )
+from support.otel import Providers
 from support.builtin import eager_compressor
 from support.llm import install_llm
 
@@ -137,13 +137,13 @@ def _check_counted(pipeline, engine_name, calls):
     for hook, n in calls.items():
         if ":" in hook:
             continue
-        got = pipeline.total("hermes.context_engine.hook.calls", engine=engine_name, hook=hook)
+        got = pipeline.total("hermes.context_engine.hook.calls", flush=True, engine=engine_name, hook=hook)
         assert got == n, f"{hook}: counted {got}, called {n}"
 
 
 @pytest.mark.parametrize("engine_kind", sorted(ENGINE_FACTORIES))
 def test_small_engines_are_indistinguishable(engine_kind, tmp_path):
-    pipeline = Pipeline({"store": {"path": str(tmp_path / "store.sqlite")}, "queue_size": 1_000_000})
+    pipeline = Providers({"store": {"path": str(tmp_path / "store.sqlite")}, "queue_size": 1_000_000})
     factory = ENGINE_FACTORIES[engine_kind]
     calls: dict = {}
 
@@ -163,7 +163,7 @@ def test_small_engines_are_indistinguishable(engine_kind, tmp_path):
 
 def test_builtin_compressor_is_indistinguishable(tmp_path, monkeypatch):
     install_llm(monkeypatch)
-    pipeline = Pipeline({"store": {"path": str(tmp_path / "store.sqlite")}, "queue_size": 1_000_000})
+    pipeline = Providers({"store": {"path": str(tmp_path / "store.sqlite")}, "queue_size": 1_000_000})
     calls: dict = {}
 
     @PROPERTY_SETTINGS
@@ -191,7 +191,7 @@ def test_builtin_compressor_is_indistinguishable(tmp_path, monkeypatch):
 def test_a_compaction_heavy_session_through_the_builtin(tmp_path, monkeypatch):
     """Not random: a long session that surely compacts several times (tool calls, images, huge turns)."""
     install_llm(monkeypatch)
-    pipeline = Pipeline({"store": {"path": str(tmp_path / "store.sqlite")}})
+    pipeline = Providers({"store": {"path": str(tmp_path / "store.sqlite")}})
     bare, observed = eager_compressor(), pipeline.observe(eager_compressor())
     transcript = conversation(40, text="long")
     transcript.insert(5, {"role": "user", "content": "y" * HUGE})
@@ -213,7 +213,7 @@ def test_a_compaction_heavy_session_through_the_builtin(tmp_path, monkeypatch):
         ending = [("deepcopy", None), ("on_session_end", ("s1", transcript)), ("on_session_reset", None)]
         bare, observed = run_script(bare, observed, ending, calls)
         _check_counted(pipeline, "compressor", calls)
-        assert pipeline.total("hermes.context.compressions", engine="compressor", outcome="compressed") >= 3
+        assert pipeline.total("hermes.context.compressions", flush=True, engine="compressor", outcome="compressed") >= 3
     finally:
         pipeline.shutdown()
 

@@ -29,7 +29,6 @@ from observed_engine.settings import Settings
 from reliability_support import (
     CANARY,
     LedgerEngine,
-    Pipeline,
     SelectorEngine,
     ToolEngine,
     TouchyEngine,
@@ -37,9 +36,9 @@ from reliability_support import (
     our_records,
     record_text,
     run_hook,
-    span_texts,
     store_rows,
 )
+from support.otel import Providers, span_texts
 from support.builtin import eager_compressor
 from support.llm import install_llm
 from support.servers import free_port
@@ -159,7 +158,7 @@ def _debug_logs(caplog):
 
 
 def test_capture_off_the_canary_goes_nowhere(tmp_path, monkeypatch, caplog):
-    pipeline = Pipeline({"store": {"path": str(tmp_path / "store.sqlite")}})
+    pipeline = Providers({"store": {"path": str(tmp_path / "store.sqlite")}})
     try:
         _drive_everything(pipeline, monkeypatch)
         assert _leaks(pipeline, caplog) == {}
@@ -168,7 +167,7 @@ def test_capture_off_the_canary_goes_nowhere(tmp_path, monkeypatch, caplog):
 
 
 def test_capture_on_the_canary_is_where_the_contract_puts_it(tmp_path, monkeypatch, caplog):
-    pipeline = Pipeline({"store": {"path": str(tmp_path / "store.sqlite")}, "capture_content": True})
+    pipeline = Providers({"store": {"path": str(tmp_path / "store.sqlite")}, "capture_content": True})
     try:
         _drive_everything(pipeline, monkeypatch)
         found = _leaks(pipeline, caplog)
@@ -268,7 +267,7 @@ def test_dashboard_source_leaves_the_store_untouched(tmp_path, monkeypatch):
     directory.mkdir()
     path = directory / "telemetry.sqlite"
     install_llm(monkeypatch)
-    pipeline = Pipeline({"store": {"path": str(path)}, "capture_content": True})
+    pipeline = Providers({"store": {"path": str(path)}, "capture_content": True})
     engine = pipeline.observe(eager_compressor())
     engine.on_session_start("s1")
     engine.update_from_response({"prompt_tokens": 150_000, "completion_tokens": 5, "total_tokens": 150_005})

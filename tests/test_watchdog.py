@@ -16,7 +16,6 @@ from observed_engine import observe
 from observed_engine.capture import observed_meta
 
 from support.engines import ScriptedEngine, blocking_compress, transcript
-from support.otel import make_providers
 from support.servers import wait_until
 from support.store_rows import read_rows
 
