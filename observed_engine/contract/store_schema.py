@@ -78,6 +78,9 @@ SCHEMA_SQL = (
 INSERT_SQL = f"INSERT INTO events ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
 
 
+# A stale -wal/-shm without its main file is moved to NAME-wal.orphaned / NAME-shm.orphaned.
+ORPHAN_SUFFIX = ".orphaned"
+
 # The store's place under a Hermes home (observed.store.path overrides it).
 STORE_DIR = "observed"
 STORE_FILE = "telemetry.sqlite"
@@ -117,6 +120,13 @@ def schema_markdown() -> str:
         "`hermes_context_engine_telemetry_errors_total{component=\"store\"}`, logged once). A row that still "
         "cannot be stored (a NOT NULL column without a value, the wrong number of values) is skipped, counted "
         "in `hermes_context_engine_telemetry_dropped_total{signal=\"store_row\"}` and logged once; the other "
-        "rows of its batch are written.",
+        "rows of its batch are written.", "",
+        "The writer compares the path's `(st_dev, st_ino)` with the file it has open at every batch: a store "
+        "deleted, renamed or replaced while open is noticed, logged once (counted in "
+        "`hermes_context_engine_telemetry_errors_total{component=\"store\"}`) and the path reopened, a new store "
+        "created if nothing is there; the old file's `-wal`/`-shm` are checkpointed into it and moved aside "
+        f"(`NAME-wal{ORPHAN_SUFFIX}`). Opening a path whose main file is missing but whose `-wal`/`-shm` are "
+        "still there (a process killed with the store open, then the file removed) moves those aside too, "
+        "with a log line, so that SQLite does not read them as the new store's.",
     ]
     return "\n".join(lines) + "\n"

@@ -20,9 +20,47 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 from urllib.parse import quote
 
-from ..contract.store_schema import INSERT_SQL, SCHEMA_SQL, SCHEMA_VERSION
+from ..contract.store_schema import INSERT_SQL, ORPHAN_SUFFIX, SCHEMA_SQL, SCHEMA_VERSION
 
 logger = logging.getLogger("observed_engine.store")
+
+_SIDE_SUFFIXES = ("-wal", "-shm")
+
+
+def _file_id(path) -> Optional[tuple]:
+    """(st_dev, st_ino) of ``path``, None when there is nothing there (or it cannot be looked at)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+def _set_aside(path, suffixes) -> list:
+    """Move ``path``+suffix to ``path``+suffix+ORPHAN_SUFFIX (replacing an older one); the names moved."""
+    moved = []
+    for suffix in suffixes:
+        side = f"{path}{suffix}"
+        if os.path.lexists(side):
+            os.replace(side, side + ORPHAN_SUFFIX)
+            moved.append(os.path.basename(side))
+    return moved
+
+
+def _set_aside_stale_files(path: Path) -> None:
+    """The main file is gone but its -wal/-shm (or a -journal) are still there: a store deleted
+    while a process had it open, or a process killed with it open. SQLite would read them as the
+    new file's (a "disk I/O error" on every batch while their process lives, or the deleted rows
+    back from the -wal): move them aside (NAME-wal.orphaned, replacing an older one), log it."""
+    if os.path.lexists(path):
+        return
+    moved = _set_aside(path, (*_SIDE_SUFFIXES, "-journal"))
+    if moved:
+        logger.warning("observed-engine store %s: the file is missing but a stale %s of it was left behind "
+                       "(deleted while open, or a process killed with it open); moved aside to %s so a new "
+                       "store can be created", path, " and ".join(moved),
+                       " and ".join(m + ORPHAN_SUFFIX for m in moved))
+
 
 
 def readonly_uri(path: os.PathLike | str) -> str:
@@ -38,6 +76,7 @@ def connect(path: os.PathLike | str, *, readonly: bool = False, timeout: float =
     if readonly:
         return sqlite3.connect(readonly_uri(path), uri=True, timeout=timeout, check_same_thread=False)
     path.parent.mkdir(parents=True, exist_ok=True)
+    _set_aside_stale_files(path)
     conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
@@ -108,6 +147,13 @@ def _is_data_error(exc: BaseException) -> bool:
     return isinstance(exc, (ValueError, TypeError, OverflowError))      # UnicodeEncodeError is a ValueError
 
 
+def _close(conn: sqlite3.Connection) -> None:
+    try:
+        conn.close()
+    except Exception:
+        pass
+
+
 class StoreWriter:
     """Writes rows in batches on its own thread; never blocks the caller.
 
@@ -150,6 +196,7 @@ class StoreWriter:
         self._wake = threading.Event()
         self._stop = False
         self._conn: Optional[sqlite3.Connection] = None
+        self._file_ids: tuple = (None, None, None)    # (st_dev, st_ino) of the open file, its -wal, its -shm
         self._last_retention = 0.0
         self._logged_errors: set = set()
         self.rows_written = 0
@@ -248,11 +295,46 @@ class StoreWriter:
         if t is not None:
             t.join(timeout)
         if not self._thread_running() and self._conn is not None:
-            try:
-                self._conn.close()
-            except Exception:
-                pass
-            self._conn = None
+            conn, self._conn = self._conn, None
+            _close(conn)
+
+    # -- the file under the connection ------------------------------------------
+
+    def _current_ids(self) -> tuple:
+        return tuple(_file_id(p) for p in (self.path, *(f"{self.path}{s}" for s in _SIDE_SUFFIXES)))
+
+    def _replaced(self) -> bool:
+        """The path no longer names the file the connection has open (deleted, or replaced by
+        another file): one stat() per batch."""
+        try:
+            st = os.stat(self.path)
+        except (FileNotFoundError, NotADirectoryError):
+            return True
+        except OSError:
+            return False                    # cannot tell (permissions): keep writing
+        opened = self._file_ids[0]
+        return opened is not None and (st.st_dev, st.st_ino) != opened
+
+    def _drop_replaced(self, conn: sqlite3.Connection) -> None:
+        """Close the connection to the file that is no longer at the path. SQLite neither
+        checkpoints nor removes the -wal/-shm of a file moved or unlinked under it, so they stay
+        at the path: if they are still the ones this connection opened (not a newer store's,
+        which another process may have created since), they are the old file's and are moved
+        aside, so that the file now at the path (or the one created there) is not read with them.
+        A passive checkpoint first copies what is committed into the old file itself, so a store
+        that was renamed (mv) keeps its last rows."""
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except Exception:
+            pass
+        _close(conn)
+        now = self._current_ids()
+        ours = [suffix for suffix, opened, current in zip(_SIDE_SUFFIXES, self._file_ids[1:], now[1:])
+                if opened is not None and opened == current]
+        try:
+            _set_aside(self.path, ours)
+        except OSError:
+            pass
 
     # -- the writer thread ---------------------------------------------------
 
@@ -262,6 +344,8 @@ class StoreWriter:
         "row": "observed-engine store %(path)s: skipped a row that cannot be stored (%(exc)s); such rows are "
                "counted in hermes_context_engine_telemetry_dropped_total{signal=\"store_row\"}, the rest of "
                "their batch is written",
+        "replaced": "observed-engine store %(path)s was deleted or replaced while this process had it open; "
+                    "reopening the path (a new store is created if nothing is there)",
     }
 
     def _log_once(self, kind: str, exc: BaseException) -> None:
@@ -310,9 +394,17 @@ class StoreWriter:
             self._maybe_retention()
             return
         try:
+            if self._conn is not None and self._replaced():
+                conn, self._conn = self._conn, None
+                self._drop_replaced(conn)
+                self._error("replaced", FileNotFoundError(f"{self.path} is not the file that was opened"))
             if self._conn is None:
                 self._conn = connect(self.path)
+                self._file_ids = self._current_ids()
             written, repaired, skipped = self._insert(self._conn, batch)
+            if None in self._file_ids[1:]:
+                # the -wal/-shm exist once the first transaction in WAL mode ran
+                self._file_ids = (self._file_ids[0], *self._current_ids()[1:])
             self.rows_written += written
             self._logged_errors.discard("write")
             if repaired is not None:
@@ -327,11 +419,8 @@ class StoreWriter:
                 self._count_dropped(lost)
             self._pending = keep
             if self._conn is not None and isinstance(exc, sqlite3.DatabaseError) and "locked" not in str(exc):
-                try:
-                    self._conn.close()
-                except Exception:
-                    pass
-                self._conn = None
+                conn, self._conn = self._conn, None
+                _close(conn)
             self._error("write", exc)
             # back off a little so a locked or full disk is not hammered
             time.sleep(min(1.0, self.flush_interval * 2))
