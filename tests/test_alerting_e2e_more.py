@@ -54,9 +54,9 @@ from observed_engine.capture import observed_meta
 
 from agent.conversation_compression import compress_context
 
-from engines import EngineError, RaisingEngine, StandInAgent, transcript as agent_transcript
 from support.builtin import compressor, real_compressor
-from support.engines import ScriptedEngine, transcript
+from support.engines import EngineError, RaisingEngine, ScriptedEngine, agent_transcript, transcript
+from support.host import StandInAgent
 from support.llm import SUMMARY_TEXT, FakeLLM, ProviderError, install_llm
 from support.servers import (AlertmanagerServer, PrometheusServer, free_port, http_get, require_binary,
                              wait_until, ALERTMANAGER_BIN, PROMETHEUS_BIN)

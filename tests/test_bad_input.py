@@ -17,7 +17,9 @@ import sqlite3
 import pytest
 
 from head_host import HeadHost
-from reliability_support import LedgerEngine, matching, our_records, render, run_hook, state_of
+from support.engines import LedgerEngine
+from support.logs import matching, our_records
+from support.twins import render, run_hook, state_of
 from support.otel import Providers
 
 REPEAT = 3          # every input is given three times: counted three times, logged once
@@ -130,7 +132,7 @@ def test_a_value_sqlite_cannot_store_does_not_block_the_store(pipeline, caplog):
 
 def test_odd_usage_reaching_an_engine_that_raises(pipeline, caplog):
     """The built-in raises on some odd usage: the host gets that very exception, we count both."""
-    from reliability_support import TouchyEngine
+    from support.engines import TouchyEngine
 
     bare, observed = TouchyEngine(), pipeline.observe(TouchyEngine())
     got = _same_for_host(bare, observed, "update_from_response", ({"prompt_tokens": "12"},))

@@ -13,7 +13,7 @@ import threading
 import time
 
 import observed_engine
-from reliability_support import LedgerEngine
+from support.engines import LedgerEngine
 from support.otel import Providers
 
 THREADS = 32

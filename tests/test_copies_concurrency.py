@@ -14,7 +14,14 @@ import pytest
 import observed_engine
 from agent.context_engine import ContextEngine
 
-from engines import CloneableEngine, DuckEngine, KwargsEngine, NarrowEngine, deep_state, transcript
+from support.engines import (
+    CloneableEngine,
+    DuckEngine,
+    KwargsEngine,
+    NarrowEngine,
+    agent_transcript as transcript,
+)
+from support.twins import deep_state
 from observed_engine import is_observed
 from observed_engine import REGISTRY
 from observed_engine.capture import observed_meta

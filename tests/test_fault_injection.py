@@ -30,17 +30,11 @@ from observed_engine.store import writer as store_module
 from observed_engine import tokens as tokens_module
 from observed_engine import REGISTRY
 from otlp_receiver import OtlpReceiver
-from reliability_support import (
-    STANDARD_HOOKS,
-    LedgerEngine,
-    host_calls,
-    matching,
-    our_records,
-    run_script,
-    run_sessions,
-    standard_script,
-    store_count,
-)
+from support.engines import LedgerEngine
+from support.host import STANDARD_HOOKS, standard_script
+from support.logs import matching, our_records
+from support.store_rows import count_rows
+from support.twins import host_calls, run_script, run_sessions
 from support.otel import Providers
 from support.builtin import eager_compressor
 from support.llm import install_llm
@@ -147,7 +141,7 @@ def test_dead_otlp_endpoint(fault, protocol, tmp_path, caplog):
         if hole:
             hole.close()
     # nothing promised was lost: every hook call is a store row
-    assert store_count(store) == sum(calls.values())
+    assert count_rows(store) == sum(calls.values())
     records = our_records(caplog, logging.WARNING)
     assert len(matching(records, "exporter_otlp_traces export failed")) == 1
     assert len(matching(records, "exporter_otlp_metrics export failed")) == 1
@@ -172,7 +166,7 @@ def test_slow_otlp_endpoint_loses_nothing(tmp_path, caplog):
         assert prom_value(text, ERRORS) == 0
         _exact_hook_counts_on_metrics(text, calls)
         assert prom_value(text, DROPPED) == 0
-        assert store_count(store) == total
+        assert count_rows(store) == total
         assert not matching(our_records(caplog, logging.WARNING), "export failed")
     finally:
         receiver.stop()
@@ -227,12 +221,12 @@ def test_store_locked_for_a_while(tmp_path, monkeypatch, caplog):
         assert wait_until(lambda: (_pump(pipeline), pipeline.total("hermes.context_engine.telemetry_errors",
                                                                   component="store") >= 2)[1],
                         timeout=15), "lock failures were not counted"
-        assert store_count(path) == 0
+        assert count_rows(path) == 0
     finally:
         locker.execute("ROLLBACK")
         locker.close()
     pipeline.flush()
-    assert store_count(path) == sum(calls.values()), "rows kept in memory did not arrive after the lock"
+    assert count_rows(path) == sum(calls.values()), "rows kept in memory did not arrive after the lock"
     assert pipeline.total("hermes.context_engine.telemetry_dropped", flush=True) == 0
     assert pipeline.total("hermes.context_engine.hook.calls", flush=True) == sum(calls.values())
     assert len(matching(our_records(caplog, logging.WARNING), "failed (write)")) == 1
@@ -247,10 +241,10 @@ def test_store_read_only_or_full_then_recovers(kind, tmp_path, monkeypatch, capl
     assert wait_until(lambda: (_pump(pipeline), pipeline.total("hermes.context_engine.telemetry_errors",
                                                               component="store") >= 2)[1],
                     timeout=15), f"{kind} failures were not counted"
-    assert store_count(path) < sum(calls.values())
+    assert count_rows(path) < sum(calls.values())
     fault.active = False                         # disk space freed / file writable again
     pipeline.flush()
-    assert store_count(path) == sum(calls.values()), "rows kept in memory did not arrive after recovery"
+    assert count_rows(path) == sum(calls.values()), "rows kept in memory did not arrive after recovery"
     assert pipeline.total("hermes.context_engine.telemetry_dropped", flush=True) == 0
     needle = "readonly" if kind == "readonly" else "database or disk is full"
     failures = matching(our_records(caplog, logging.WARNING), "failed (write)")
@@ -286,7 +280,7 @@ def test_store_path_unusable_keeps_the_bound_then_delivers_it(tmp_path, caplog):
     blocker.unlink()
     assert wait_until(lambda: path.exists() and writer.rows_written == kept, timeout=10)
     pipeline.flush()
-    assert store_count(path) == kept
+    assert count_rows(path) == kept
 
 
 # --------------------------------------------------------------------------- Prometheus port taken
@@ -317,7 +311,7 @@ def test_prometheus_port_taken(tmp_path, caplog):
     finally:
         squatter.close()
         receiver.stop()
-    assert store_count(tmp_path / "store.sqlite") == sum(calls.values())
+    assert count_rows(tmp_path / "store.sqlite") == sum(calls.values())
     warnings = matching(our_records(caplog, logging.WARNING), "cannot listen")
     assert len(warnings) == 1 and str(port) in warnings[0].getMessage()
 
@@ -366,7 +360,7 @@ def test_tokenizer_encodings_missing_falls_back_to_the_estimate(tmp_path, monkey
     assert spans and all(s.attributes["hermes.context.tokenizer"] == "estimate" for s in spans)
     warnings = matching(our_records(caplog, logging.WARNING), "token counts are estimates")
     assert len(warnings) == 1
-    assert store_count(tmp_path / "store.sqlite") == sum(calls.values())
+    assert count_rows(tmp_path / "store.sqlite") == sum(calls.values())
 
 
 # --------------------------------------------------------------------------- exporters that raise
@@ -421,7 +415,7 @@ def test_configured_exporters_that_raise(tmp_path, monkeypatch, caplog):
     assert wait_until(lambda: prom_value(scrape(prom_port), ERRORS, component="exporter_otlp_traces") >= 2
                     and prom_value(scrape(prom_port), ERRORS, component="exporter_otlp_metrics") >= 2, timeout=10)
     _exact_hook_counts_on_metrics(scrape(prom_port), calls)
-    assert store_count(tmp_path / "store.sqlite") == sum(calls.values())
+    assert count_rows(tmp_path / "store.sqlite") == sum(calls.values())
     records = our_records(caplog, logging.WARNING)
     assert len(matching(records, "exporter_otlp_traces export failed")) == 1
     assert len(matching(records, "exporter_otlp_metrics export failed")) == 1
@@ -449,7 +443,7 @@ def test_host_tracer_provider_that_raises(tmp_path, caplog):
     pipeline.flush()
     assert processor.calls > 0
     total = sum(calls.values())
-    assert store_count(tmp_path / "store.sqlite") == total
+    assert count_rows(tmp_path / "store.sqlite") == total
     assert pipeline.total("hermes.context_engine.hook.calls", flush=True) == total
     assert pipeline.total("hermes.context_engine.telemetry_errors", flush=True, component="tracing") >= 10
     logged = matching(our_records(caplog, logging.WARNING), "tracing")
@@ -504,7 +498,7 @@ def test_host_meter_provider_that_raises(everything, tmp_path, caplog):
     total = sum(calls.values())
     assert observed_engine.flush(10.0)
     # no store row and no span lost because the metrics side failed
-    assert store_count(tmp_path / "store.sqlite") == total
+    assert count_rows(tmp_path / "store.sqlite") == total
     hook_spans = [s for s in pipeline.exporter.get_finished_spans() if s.name.startswith("context_engine.")]
     assert len(hook_spans) == total
     if not everything:
@@ -524,7 +518,7 @@ def test_host_meter_provider_that_raises(everything, tmp_path, caplog):
 _EXITING_HOST = r"""
 import sys
 sys.path.insert(0, {tests!r})
-from reliability_support import LedgerEngine
+from support.engines import LedgerEngine
 from observed_engine import observe
 settings = {{"store": {{"path": {store!r}}},
             "otlp": {{"enabled": True, "endpoint": "http://127.0.0.1:{port}", "protocol": "http/protobuf"}}}}

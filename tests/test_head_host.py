@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import agent.context_engine as context_engine_module
 
-from engines import (
+from support.engines import (
     DuckEngine,
     EngineError,
     HeadContextEngine,
@@ -109,7 +109,7 @@ def test_select_context_fail_open_table_bare_vs_observed(flavour, duck, observe_
     engine_cls = HeadSelectingEngine if flavour == "head" else SelectingEngine
 
     def make():
-        inner = engine_cls(SCRIPT)
+        inner = engine_cls(script=SCRIPT)
         return DuckEngine(inner) if duck else inner
 
     bare = make()
@@ -149,7 +149,7 @@ def test_select_context_fail_open_table_bare_vs_observed(flavour, duck, observe_
     assert _engine_state(observed)["turns"] == _engine_state(bare)["turns"]
 
     # what the observed engine recorded
-    name = engine_cls.name
+    name = bare.name
     selections = _by(metric_points(SELECTIONS), "result")
     expected = {r: EXPECTED_RESULTS.count(r) for r in set(EXPECTED_RESULTS)}
     assert selections == expected
@@ -214,7 +214,7 @@ def test_identity_skip_of_unoverridden_hooks_on_head(head_abc, factory, observe_
 
 
 def test_overriding_engine_is_called_on_head(head_abc, observe_engine, finished_spans):
-    observed = observe_engine(HeadSelectingEngine(["none"]))
+    observed = observe_engine(HeadSelectingEngine(script=["none"]))
     assert engine_overrides(observed, "select_context") and engine_overrides(observed, "on_turn_complete")
     host = drive(observed)
     assert host.calls == {"select_context": 12, "on_turn_complete": 7}

@@ -15,7 +15,7 @@ import threading
 import pytest
 from agent.context_engine import ContextEngine
 
-from engines import NarrowEngine, transcript
+from support.engines import NarrowEngine, agent_transcript as transcript
 from support.builtin import compressor
 
 HOOK_CALLS = "hermes.context_engine.hook.calls"

@@ -13,7 +13,7 @@ import time
 import observed_engine
 from observed_engine import REGISTRY, Registry, is_observed, observe, unobserve
 from observed_engine.api import pipeline_of
-from engines import NarrowEngine, transcript
+from support.engines import NarrowEngine, agent_transcript as transcript
 from otlp_receiver import OtlpReceiver
 from support.otel import Providers, metrics
 from support.servers import free_port, scrape

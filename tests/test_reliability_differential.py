@@ -19,15 +19,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from reliability_support import (
-    ENGINE_FACTORIES,
-    conversation,
-    render,
-    run_hook,
-    run_script,
-    state_of,
-    tool_exchange,
-)
+from support.engines import ENGINE_FACTORIES, conversation, tool_exchange
+from support.twins import render, run_hook, run_script, state_of
 from support.otel import Providers
 from support.builtin import eager_compressor
 from support.llm import install_llm

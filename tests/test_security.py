@@ -26,18 +26,10 @@ import pytest
 import observed_engine
 from observed_engine import observe
 from observed_engine.settings import Settings
-from reliability_support import (
-    CANARY,
-    LedgerEngine,
-    SelectorEngine,
-    ToolEngine,
-    TouchyEngine,
-    conversation,
-    our_records,
-    record_text,
-    run_hook,
-    store_rows,
-)
+from support.engines import CANARY, LedgerEngine, SelectorEngine, ToolEngine, TouchyEngine, conversation
+from support.logs import our_records, record_text
+from support.store_rows import read_rows
+from support.twins import run_hook
 from support.otel import Providers, span_texts
 from support.builtin import eager_compressor
 from support.llm import install_llm
@@ -136,12 +128,10 @@ def _leaks(pipeline, caplog):
     assert "hermes.context_engine.hook.calls" in labels
     if any(CANARY in text for text in labels):
         found["metric"] = {text for text in labels if CANARY in text}
-    from observed_engine.contract.store_schema import COLUMNS
-
-    rows = store_rows(pipeline.settings["store"]["path"])
+    rows = read_rows(pipeline.settings["store"]["path"])
     assert len(rows) >= 20
     for row in rows:
-        for column, value in zip(("id",) + tuple(COLUMNS), row):
+        for column, value in row.items():
             if CANARY in str(value):
                 found.setdefault("store", set()).add(column)
     records = our_records(caplog, logging.DEBUG)

@@ -8,14 +8,14 @@ import pytest
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
 
-from engines import (
+from support.engines import (
     CANARY,
     EngineError,
     KwargsEngine,
     NarrowEngine,
     RaisingEngine,
     SelectingEngine,
-    transcript,
+    agent_transcript as transcript,
 )
 from observed_engine.tokens import TokenCounter
 from support.builtin import compressor
@@ -124,7 +124,7 @@ def test_compress_noop_outcome_and_work_inside_compress_nests_under_it(tracer_pr
 
 
 def test_select_context_span_result(observe_engine, finished_spans):
-    engine = observe_engine(SelectingEngine(["none", "drop:1", "empty"]))
+    engine = observe_engine(SelectingEngine(script=["none", "drop:1", "empty"]))
     request = transcript(6)
     for _ in range(3):
         engine.select_context(request, conversation_messages=request[1:], incoming_message=request[-1],
@@ -156,10 +156,10 @@ def test_errors_are_recorded_and_reraised_unchanged(observe_engine, finished_spa
 
     spans = {s.name: s for s in finished_spans()}
     expected_types = {
-        "context_engine.compress": "engines.EngineError",
+        "context_engine.compress": "support.engines.EngineError",
         "context_engine.update_from_response": "builtins.KeyError",
         "context_engine.on_session_end": "builtins.OSError",
-        "execute_tool explode": "engines.EngineError",
+        "execute_tool explode": "support.engines.EngineError",
     }
     assert set(spans) == set(expected_types)
     for name, exc_type in expected_types.items():
@@ -202,21 +202,21 @@ def _leaky_session(raising, tools, selecting):
 
 def test_no_message_text_in_spans_without_capture_content(observe_engine, finished_spans):
     _leaky_session(observe_engine(RaisingEngine()), observe_engine(KwargsEngine()),
-                   observe_engine(SelectingEngine(["drop:1"])))
+                   observe_engine(SelectingEngine(script=["drop:1"])))
     spans = finished_spans()
     assert len(spans) == 7
     text = _all_span_text(spans)
     assert CANARY not in text
     # the error is still recorded, just without the message
     compress = next(s for s in spans if s.name == "context_engine.compress" and s.status.status_code is StatusCode.ERROR)
-    assert _exception_events(compress)[0].attributes["exception.type"] == "engines.EngineError"
+    assert _exception_events(compress)[0].attributes["exception.type"] == "support.engines.EngineError"
 
 
 def test_capture_content_on_puts_the_text_in(observe_engine, finished_spans):
     """The positive control for the test above: the canary does reach spans when allowed."""
     _leaky_session(observe_engine(RaisingEngine(), capture_content=True),
                    observe_engine(KwargsEngine(), capture_content=True),
-                   observe_engine(SelectingEngine(["drop:1"]), capture_content=True))
+                   observe_engine(SelectingEngine(script=["drop:1"]), capture_content=True))
     text = _all_span_text(finished_spans())
     assert f"hermes.context.focus_topic=topic {CANARY}" in text
     assert CANARY in text.split("gen_ai.tool.call.arguments=", 1)[1]
@@ -278,7 +278,7 @@ def test_current_span_is_untouched_after_hooks(tracer_provider, observe_engine):
 
 
 def test_clone_for_agent_span_is_a_child_of_the_current_span(tracer_provider, observe_engine, finished_spans):
-    from engines import CloneableEngine
+    from support.engines import CloneableEngine
 
     engine = observe_engine(CloneableEngine())
     tracer = tracer_provider.get_tracer("test-host")

@@ -17,7 +17,8 @@ import sqlite3
 import pytest
 from agent.conversation_compression import compress_context
 
-from engines import NarrowEngine, StandInAgent, transcript
+from support.engines import NarrowEngine, agent_transcript as transcript
+from support.host import StandInAgent
 from support.builtin import compressor
 from support.llm import FakeLLM, ProviderError, install_llm
 

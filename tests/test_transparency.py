@@ -17,22 +17,18 @@ from agent.context_compressor import ContextCompressor
 from agent.context_engine import ContextEngine
 from agent.conversation_compression import compress_context
 
-from engines import (
+from support.engines import (
     DuckEngine,
     EngineError,
     KwargsEngine,
-    MemoryManager,
     NarrowEngine,
     RaisingEngine,
     SelectingEngine,
     SqliteEngine,
-    StandInAgent,
-    InnerCallCounter,
-    deep_state,
-    host_compress_kwargs,
-    scripted_session,
-    transcript,
+    agent_transcript as transcript,
 )
+from support.host import MemoryManager, StandInAgent, host_compress_kwargs, scripted_session
+from support.twins import InnerCallCounter, deep_state
 from observed_engine import is_observed
 from support.builtin import PrivateHelperCompressor, compressor
 from support.llm import install_llm
@@ -48,7 +44,7 @@ ENGINES = {
     "narrow": (NarrowEngine, (NarrowEngine,), {}),
     "kwargs-tools": (KwargsEngine, (KwargsEngine,), {}),
     "raising": (RaisingEngine, (RaisingEngine,), {}),
-    "selecting": (lambda: SelectingEngine(["drop:2", "keep", "raise"]), (SelectingEngine,), {}),
+    "selecting": (lambda: SelectingEngine(script=["drop:2", "keep", "raise"]), (SelectingEngine,), {}),
     "sqlite": (SqliteEngine, (SqliteEngine,), {}),
     "duck-narrow": (lambda: DuckEngine(NarrowEngine()), (DuckEngine, NarrowEngine), {}),
     "duck-kwargs": (lambda: DuckEngine(KwargsEngine()), (DuckEngine, KwargsEngine), {}),
@@ -281,7 +277,7 @@ SIGNATURE_HOOKS = ("compress", "update_model", "on_session_start", "on_session_e
                    "should_compress", "handle_tool_call", "get_tool_schemas")
 
 FACTORIES = {name: spec[0] for name, spec in ENGINES.items()}
-FACTORIES["selecting-head"] = lambda: SelectingEngine(["none"])
+FACTORIES["selecting-head"] = lambda: SelectingEngine(script=["none"])
 
 
 @pytest.mark.parametrize("engine_name", list(FACTORIES))
@@ -291,7 +287,7 @@ def test_signatures_are_the_inner_ones(engine_name, observe_engine):
     for hook in SIGNATURE_HOOKS:
         assert inspect.signature(getattr(observed, hook)) == inspect.signature(getattr(bare, hook)), hook
     # and the host's kwarg filter gives the same answer for every shape
-    from engines import COMPRESS_SHAPES
+    from support.host import COMPRESS_SHAPES
 
     for shape in COMPRESS_SHAPES:
         assert host_compress_kwargs(observed, shape) == host_compress_kwargs(bare, shape)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import types
 
-from engines import NarrowEngine
+from support.engines import NarrowEngine
 from observed_engine.worker import processor as processing
 
 HOOK_CALLS = "hermes.context_engine.hook.calls"
