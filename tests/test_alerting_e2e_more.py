@@ -16,7 +16,7 @@ five ``instance`` values, in one Prometheus), driven at the same time:
   host does (``update_from_response``) -> NearWindow fires at 95 %; then it compresses and the
   next response reports 30,000 tokens -> the alert resolves. Must not fire: ``roomy`` (40 %) and
   ``edge`` (exactly 90 %: the rule says ``> 0.9``).
-* ``errors``: compress() calls that raise. Fires: ``raising`` (tests/engines.py RaisingEngine,
+* ``errors``: compress() calls that raise. Fires: ``raising`` (support/engines.py RaisingEngine,
   3/3 errors) and ``flaky`` (2 errors in 4 calls: exactly the rule's minimum of 2). Must not fire:
   ``rare`` (2 errors in 12 calls, 17 % <= 20 %), ``single`` (1 error: 100 % but fewer than 2) and
   ``healthy`` (successes only); the window pipeline's successful real compression neither.

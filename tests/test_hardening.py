@@ -24,7 +24,7 @@ import observed_engine
 from observed_engine import observe
 from observed_engine.api import pipeline_of
 from observed_engine.settings import Settings, SettingsError
-from engines import KwargsEngine, NarrowEngine, transcript
+from support.engines import KwargsEngine, NarrowEngine, agent_transcript as transcript
 from otlp_receiver import OtlpReceiver
 from support.servers import free_port
 
@@ -201,7 +201,7 @@ ONE_SHOT = r'''
 import os, sys
 sys.path.insert(0, {tests!r})
 from observed_engine import observe
-from engines import NarrowEngine, transcript
+from support.engines import NarrowEngine, agent_transcript as transcript
 engine = observe(NarrowEngine(), settings={{
     "store": {{"path": {store!r}}},
     "otlp": {{"enabled": True, "protocol": "http/protobuf", "endpoint": {endpoint!r}}}}})
