@@ -19,6 +19,8 @@ Kept generic on purpose: any test module may use these.
 * ``metric_points``: ``metric_points(otel_name)`` flushes and returns
   ``{frozenset(attributes.items()): value}`` for counters / gauges (sum of a
   histogram's ``count`` for histograms).
+* ``webhook``: a ``support.servers.WebhookReceiver`` on 127.0.0.1 (Alertmanager's
+  notifications), stopped after the test.
 * an autouse cleanup that shuts every pipeline down (worker, watchdog and store
   threads) and forgets the generated engine classes, so threads don't pile up.
 """
@@ -28,6 +30,7 @@ from __future__ import annotations
 import pytest
 
 from support.otel import Providers
+from support.servers import WebhookReceiver
 
 
 @pytest.fixture(autouse=True)
@@ -102,6 +105,13 @@ def metric_points(prov):
         return prov.by_attributes(name)
 
     return _points
+
+
+@pytest.fixture
+def webhook():
+    hook = WebhookReceiver()
+    yield hook
+    hook.stop()
 
 
 def _shutdown_pipelines():

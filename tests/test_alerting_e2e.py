@@ -15,47 +15,18 @@ from __future__ import annotations
 import shutil
 import threading
 import time
-from pathlib import Path
 
 import pytest
-import yaml
 
 import observed_engine
 from observed_engine import observe
 
+from support.deploy import ALERT_RULES, alertmanager_config
 from support.engines import ScriptedEngine, SelectingEngine, blocking_compress, transcript
-from support.servers import (AlertmanagerServer, PrometheusServer, WebhookReceiver, free_port,
-                             require_binary, wait_until, ALERTMANAGER_BIN, PROMETHEUS_BIN)
+from support.servers import (AlertmanagerServer, PrometheusServer, free_port, require_binary, wait_until,
+                             ALERTMANAGER_BIN, PROMETHEUS_BIN)
 
-ROOT = Path(__file__).resolve().parent.parent
-RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
-AM_CONFIG = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
 DEADLINE = 0.3
-
-
-def alertmanager_config(webhook_url: str) -> dict:
-    """The shipped config with every receiver pointed at our webhook and 1 s group timings."""
-    config = yaml.safe_load(AM_CONFIG.read_text())
-    for receiver in config["receivers"]:
-        for hook in receiver.get("webhook_configs", []):
-            hook["url"] = webhook_url
-
-    def shorten(route):
-        route["group_wait"] = "1s"
-        route["group_interval"] = "1s"
-        route.setdefault("repeat_interval", "1h")
-        for child in route.get("routes", []):
-            shorten(child)
-
-    shorten(config["route"])
-    return config
-
-
-@pytest.fixture
-def webhook():
-    hook = WebhookReceiver()
-    yield hook
-    hook.stop()
 
 
 @pytest.mark.prometheus
@@ -63,7 +34,7 @@ def test_timeout_and_fail_open_alerts_reach_the_webhook(tmp_path, webhook, reque
     require_binary(PROMETHEUS_BIN)
     require_binary(ALERTMANAGER_BIN)
     rules = tmp_path / "alerts.yml"
-    shutil.copy(RULES, rules)
+    shutil.copy(ALERT_RULES, rules)
 
     am = AlertmanagerServer(tmp_path / "alertmanager", alertmanager_config(webhook.url))
     request.addfinalizer(am.stop)

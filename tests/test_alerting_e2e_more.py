@@ -55,12 +55,12 @@ from observed_engine.capture import observed_meta
 from agent.conversation_compression import compress_context
 
 from support.builtin import compressor, real_compressor
+from support.deploy import ALERT_RULES, alertmanager_config
 from support.engines import EngineError, RaisingEngine, ScriptedEngine, agent_transcript, transcript
 from support.host import StandInAgent
 from support.llm import SUMMARY_TEXT, FakeLLM, ProviderError, install_llm
 from support.servers import (AlertmanagerServer, PrometheusServer, free_port, http_get, require_binary,
                              wait_until, ALERTMANAGER_BIN, PROMETHEUS_BIN)
-from test_alerting_e2e import RULES, alertmanager_config, webhook  # noqa: F401  (webhook: a fixture)
 
 pytestmark = pytest.mark.prometheus
 
@@ -157,7 +157,7 @@ def test_near_window_compression_errors_summary_and_telemetry_errors_reach_the_w
     require_binary(PROMETHEUS_BIN)
     require_binary(ALERTMANAGER_BIN)
 
-    shipped = RULES.read_text()
+    shipped = ALERT_RULES.read_text()
     rules = tmp_path / "alerts.yml"
     rules.write_text(shortened_rules(shipped))
     assert_only_for_lines_differ(shipped, rules.read_text())

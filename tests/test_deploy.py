@@ -19,6 +19,7 @@ import pytest
 import yaml
 
 from observed_engine.contract.catalogue import BY_PROM_NAME, HISTOGRAM, METRICS, prometheus_series_names
+from support.deploy import panel_exprs
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -279,15 +280,7 @@ def python_string_tokens(path: Path) -> set:
 
 
 def board_queries(board: dict) -> list:
-    exprs = []
-
-    def walk(panels):
-        for p in panels:
-            for t in p.get("targets", []):
-                if t.get("expr"):
-                    exprs.append(t["expr"])
-            walk(p.get("panels", []))
-    walk(board["panels"])
+    exprs = panel_exprs(board)
     for var in board["templating"]["list"]:
         q = var.get("query")
         if isinstance(q, dict):

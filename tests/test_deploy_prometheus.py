@@ -30,6 +30,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from support.deploy import alertmanager_config, panel_exprs
 from support.servers import AlertmanagerServer, PrometheusServer, WebhookReceiver, find_binary, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -169,25 +170,6 @@ def e2e_config(shipped: dict, target: str, rules_path: Path, alertmanager: str |
     return cfg
 
 
-def e2e_alertmanager_config(shipped: dict, webhook_url: str) -> dict:
-    """The shipped Alertmanager config with its webhooks pointed at `webhook_url` and 1 s grouping
-    waits; routing, grouping and inhibition stay as shipped."""
-    cfg = json.loads(json.dumps(shipped))
-
-    def fast(route: dict) -> None:
-        for key in ("group_wait", "group_interval"):
-            if key in route:
-                route[key] = "1s"
-        for sub in route.get("routes", []):
-            fast(sub)
-    fast(cfg["route"])
-    cfg["route"]["group_wait"] = cfg["route"]["group_interval"] = "1s"
-    for receiver in cfg["receivers"]:
-        for hook in receiver.get("webhook_configs", []):
-            hook["url"] = webhook_url
-    return cfg
-
-
 @pytest.fixture(scope="module")
 def alertmanager(tmp_path_factory, request):
     """The shipped Alertmanager config on a real Alertmanager posting to a local webhook, or None
@@ -198,8 +180,7 @@ def alertmanager(tmp_path_factory, request):
     webhook = WebhookReceiver()
     request.addfinalizer(webhook.stop)
     workdir = tmp_path_factory.mktemp("alertmanager")
-    shipped = yaml.safe_load((ROOT / "deploy" / "alertmanager" / "alertmanager.yml").read_text())
-    am = AlertmanagerServer(workdir, e2e_alertmanager_config(shipped, webhook.url), binary=binary,
+    am = AlertmanagerServer(workdir, alertmanager_config(webhook.url), binary=binary,
                             log_level="info")
     request.addfinalizer(am.stop)  # always kill the recorded PID, even if startup fails
     am.start()
@@ -225,15 +206,7 @@ def prometheus(tmp_path_factory, metrics_target, alertmanager, request):
 def grafana_exprs() -> list:
     """PromQL of every panel of the generated Grafana board, template variables filled in."""
     board = json.loads((ROOT / "deploy" / "grafana" / "dashboards" / "hermes-context-engine.json").read_text())
-    exprs = []
-
-    def walk(panels):
-        for p in panels:
-            for t in p.get("targets", []):
-                if t.get("expr"):
-                    exprs.append(t["expr"])
-            walk(p.get("panels", []))
-    walk(board["panels"])
+    exprs = panel_exprs(board)
     subst = {"$__rate_interval": "1m", "$job": ".*", "$instance": ".*", "$engine": ".*", "$hook": ".*"}
     out = []
     for e in exprs:
