@@ -287,10 +287,10 @@ def test_near_window_compression_errors_summary_and_telemetry_errors_reach_the_w
     def negatives_visible():
         return (value(f'hermes_context_usage_ratio{{instance="{instance["window"]}",engine="roomy"}}') == 0.4
                 and value(f'hermes_context_usage_ratio{{instance="{instance["window"]}",engine="edge"}}') == 0.9
-                and value(f'hermes_context_compressions_total{{engine="rare",outcome="error"}}') == 2
-                and value(f'hermes_context_compressions_total{{engine="rare",outcome="compressed"}}') == 10
-                and value(f'hermes_context_compressions_total{{engine="single",outcome="error"}}') == 1
-                and value(f'sum(hermes_context_compressions_total{{engine="healthy"}})') == 5
+                and value('hermes_context_compressions_total{engine="rare",outcome="error"}') == 2
+                and value('hermes_context_compressions_total{engine="rare",outcome="compressed"}') == 10
+                and value('hermes_context_compressions_total{engine="single",outcome="error"}') == 1
+                and value('sum(hermes_context_compressions_total{engine="healthy"})') == 5
                 and value(f'sum(hermes_context_compressions_total{{instance="{instance["summary_ok"]}"}})') == 1)
     assert wait_until(negatives_visible, 30, 0.25), diagnostics()
     t_negatives_visible = time.monotonic()
@@ -337,8 +337,8 @@ def test_near_window_compression_errors_summary_and_telemetry_errors_reach_the_w
                                       "component": "store", "severity": "info"}
     assert "(store)" in store_errors["annotations"]["summary"], store_errors
     assert "(store_row)" in webhook_alert(TELEMETRY, signal="store_row")["annotations"]["summary"]
-    assert value(f'hermes_context_engine_telemetry_errors_total{{component="store"}}') >= 1
-    assert value(f'hermes_context_engine_telemetry_dropped_total{{signal="store_row"}}') >= 1
+    assert value('hermes_context_engine_telemetry_errors_total{component="store"}') >= 1
+    assert value('hermes_context_engine_telemetry_dropped_total{signal="store_row"}') >= 1
 
     # -- fire: SummaryFailing, one alert per (kind, cause); compress() itself never raised
     def summary_alerts():

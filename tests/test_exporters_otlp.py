@@ -19,7 +19,6 @@ from prometheus_client.parser import text_string_to_metric_families
 
 import observed_engine
 from observed_engine import observe
-from observed_engine.capture import observed_meta
 
 from otlp_receiver import OtlpReceiver
 from support.engines import ScriptedEngine, transcript

@@ -11,15 +11,13 @@ queues promised to keep was lost (exact hook counts, exact store rows).
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import sqlite3
-import statistics
 import time
 from pathlib import Path
 
 import pytest
-from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
 

@@ -17,7 +17,7 @@ from observed_engine.tokens import TokenCounter
 from observed_engine.capture import observed_meta
 
 from support.engines import ScriptedEngine, SelectingEngine, transcript
-from support.servers import PrometheusServer, free_port, http_get, wait_until
+from support.servers import PrometheusServer, free_port, http_get
 
 N_SHOULD = 7
 DEADLINE = 30.0

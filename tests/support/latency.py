@@ -9,10 +9,9 @@ import signal
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from time import perf_counter_ns
-from typing import Dict, List, Tuple
+from typing import Dict, List
 
 RECEIVER = Path(__file__).resolve().parent.parent / "otlp_receiver.py"
 
