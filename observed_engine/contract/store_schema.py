@@ -75,6 +75,19 @@ SCHEMA_SQL = (
     "CREATE INDEX IF NOT EXISTS events_errors ON events (ts) WHERE outcome = 'error'",
 )
 
+
+
+def column_type(column: str) -> str:
+    """The declared type of an ``events`` column, as in SCHEMA_SQL."""
+    return _COLUMN_TYPES.get(column, "INTEGER")
+
+
+def add_column_sql(column: str) -> str:
+    """The ALTER TABLE that adds ``column`` to an older store's ``events`` table (without NOT NULL:
+    SQLite cannot add one without a default, and the older rows have no value)."""
+    return f"ALTER TABLE events ADD COLUMN {column} {column_type(column).replace(' NOT NULL', '')}"
+
+
 INSERT_SQL = f"INSERT INTO events ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
 
 
@@ -114,6 +127,13 @@ def schema_markdown() -> str:
         "SQLite's busy timeout (5 s) serialises them. A failed batch (locked, read-only, full disk) is kept in "
         "memory up to the queue bound and retried; rows beyond the bound are dropped and counted in "
         "`hermes_context_engine_telemetry_dropped_total{signal=\"store_row\"}`.", "",
+        "## Versions and migration", "",
+        "A writer opening a store reads `meta.schema_version` and adds every column of `events` that the "
+        "table lacks (`ALTER TABLE events ADD COLUMN`, without NOT NULL; older rows read NULL there), creates "
+        "missing indexes, and sets `schema_version` to its own version when the store's is older (never "
+        "lowers it: a writer of an older version writes a newer store with the columns it knows), all in one "
+        "transaction, logged once. Readers must accept columns they do not know and NULL in newer ones.", "",
+        "## Failures", "",
         "A batch that fails because of its data (not the file) is never retried as it is. Text is made storable "
         "once: each lone surrogate (a header decoded with `surrogateescape`) becomes U+FFFD, an integer beyond "
         "64 bits or a value of another type becomes NULL (counted in "

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Callable, Iterable, Optional
 from urllib.parse import quote
 
-from ..contract.store_schema import INSERT_SQL, ORPHAN_SUFFIX, SCHEMA_SQL, SCHEMA_VERSION
+from ..contract.store_schema import (COLUMNS, INSERT_SQL, ORPHAN_SUFFIX, SCHEMA_SQL, SCHEMA_VERSION,
+                                     add_column_sql)
 
 logger = logging.getLogger("observed_engine.store")
 
@@ -82,14 +83,52 @@ def connect(path: os.PathLike | str, *, readonly: bool = False, timeout: float =
     conn.execute("PRAGMA synchronous=NORMAL")
     conn.execute("BEGIN IMMEDIATE")
     try:
-        for stmt in SCHEMA_SQL:
-            conn.execute(stmt)
-        conn.execute("INSERT OR IGNORE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        version, added = _create_or_migrate(conn)
         conn.execute("COMMIT")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
+    if added or (version is not None and version < SCHEMA_VERSION):
+        logger.info("observed-engine store %s: schema version %s -> %s; added the columns its events table "
+                    "lacked: %s", path, version, max(version or 0, SCHEMA_VERSION), ", ".join(added) or "none")
     return conn
+
+
+def _stored_version(conn: sqlite3.Connection) -> Optional[int]:
+    """``meta.schema_version`` of the store (None when there is none yet)."""
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    except sqlite3.OperationalError:          # no meta table yet
+        return None
+    if row is None:
+        return None
+    try:
+        return int(row[0])
+    except (TypeError, ValueError):
+        return None
+
+
+def _create_or_migrate(conn: sqlite3.Connection):
+    """Create the schema, or bring an older store up to it, inside the caller's transaction:
+    every column of COLUMNS the events table lacks is added (whatever version added it), then
+    the indexes (which may name those columns); meta.schema_version is raised, never lowered.
+    Returns (the stored version or None, the columns added)."""
+    version = _stored_version(conn)
+    for stmt in SCHEMA_SQL:
+        if stmt.startswith("CREATE TABLE"):
+            conn.execute(stmt)
+    have = {row[1] for row in conn.execute("PRAGMA table_info(events)")}
+    added = [c for c in COLUMNS if c not in have]
+    for column in added:
+        conn.execute(add_column_sql(column))
+    for stmt in SCHEMA_SQL:
+        if not stmt.startswith("CREATE TABLE"):
+            conn.execute(stmt)
+    if version is None:
+        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+    elif version < SCHEMA_VERSION:
+        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+    return version, added
 
 
 _INT64 = (-(2 ** 63), 2 ** 63 - 1)

@@ -1,0 +1,130 @@
+"""Store hygiene (issue 13, item 4): older stores are migrated, a file that is not ours is
+refused and left untouched, and retention deletes in chunks so other writers get in.
+
+Real SQLite files, real threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import sqlite3
+import threading
+import time
+
+import pytest
+
+from observed_engine.contract.store_schema import COLUMNS, SCHEMA_SQL, SCHEMA_VERSION, make_row
+from observed_engine.store import StoreWriter, connect
+
+from support.store_rows import count_rows, read_rows
+
+
+class Counts:
+    def __init__(self):
+        self.errors = []
+        self.drops = []
+        self.lock = threading.Lock()
+
+    def on_error(self, component, exc):
+        with self.lock:
+            self.errors.append(component)
+
+    def on_drop(self, n):
+        with self.lock:
+            self.drops.append(n)
+
+
+def _rows(n, **fields):
+    return [make_row(**{"ts": time.time(), "engine": "e", "hook": "should_compress", "event": "call",
+                        "outcome": "ok", "prompt_tokens": i, **fields}) for i in range(n)]
+
+
+def _store_logs(caplog, level=logging.WARNING):
+    return [r for r in caplog.records if r.name == "observed_engine.store" and r.levelno >= level]
+
+
+def _snapshot(path):
+    d = path.parent
+    return sorted(os.listdir(d)), hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+# -- migration of older stores ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("stored_version", ["0", str(SCHEMA_VERSION)])
+def test_an_older_store_gains_every_missing_column_and_keeps_its_rows(tmp_path, caplog, stored_version):
+    """An older store lacks some columns of COLUMNS (whichever were added since): every missing
+    column is added, the old rows stay, new rows carry every column, meta.schema_version is current."""
+    caplog.set_level(logging.INFO, logger="observed_engine")
+    path = tmp_path / "old.sqlite"
+    required = ("ts", "event")
+    missing = [c for c in COLUMNS if c not in required][-4:]      # the newest columns, whatever they are
+    kept = [c for c in COLUMNS if c not in missing]
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(SCHEMA_SQL[0])
+    types = {"ts": "REAL NOT NULL", "event": "TEXT NOT NULL"}
+    conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, "
+                 + ", ".join(f"{c} {types.get(c, '')}".strip() for c in kept) + ")")
+    conn.execute("CREATE INDEX events_ts ON events (ts)")
+    conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (stored_version,))
+    conn.executemany("INSERT INTO events (ts, engine, event) VALUES (?, 'old', 'call')",
+                     [(time.time(),), (time.time(),)])
+    conn.close()
+
+    full = {c: (f"v-{c}" if c in ("host", "session", "engine", "hook", "outcome", "reason", "tokenizer", "content")
+                else 7) for c in COLUMNS}
+    full.update(ts=time.time(), event="call", engine="new", duration_s=0.5)
+    counts = Counts()
+    writer = StoreWriter(path, flush_interval=0.02, on_error=counts.on_error, on_drop=counts.on_drop)
+    try:
+        writer.submit([make_row(**full)])
+        flushed = writer.flush(5)
+    finally:
+        writer.close()
+    assert flushed and writer.rows_written == 1 and counts.errors == []
+    conn = sqlite3.connect(str(path))
+    cols = [r[1] for r in conn.execute("PRAGMA table_info(events)")]
+    assert set(COLUMNS) <= set(cols)
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION)
+    index_names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"events_ts", "events_engine_hook_ts_cover", "events_session_ts"} <= index_names
+    conn.close()
+    rows = read_rows(path)
+    assert [r["engine"] for r in rows] == ["old", "old", "new"]
+    for c in missing:
+        assert rows[0][c] is None
+        assert rows[2][c] == full[c], c
+    migrated = [r for r in caplog.records if r.name == "observed_engine.store" and "added" in r.getMessage()]
+    assert len(migrated) == 1 and all(c in migrated[0].getMessage() for c in missing)
+
+
+def test_a_current_store_is_not_migrated_again(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="observed_engine")
+    path = tmp_path / "current.sqlite"
+    connect(path).close()
+    conn = connect(path)
+    conn.close()
+    assert not [r for r in caplog.records if r.name == "observed_engine.store"]
+
+
+def test_a_store_of_a_newer_version_is_written_and_keeps_its_version(tmp_path):
+    path = tmp_path / "newer.sqlite"
+    connect(path).close()
+    conn = sqlite3.connect(str(path))
+    conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION + 5),))
+    conn.execute("ALTER TABLE events ADD COLUMN from_the_future TEXT")
+    conn.commit()
+    conn.close()
+    writer = StoreWriter(path, flush_interval=0.02)
+    try:
+        writer.submit(_rows(3))
+        assert writer.flush(5)
+    finally:
+        writer.close()
+    assert count_rows(path) == 3
+    conn = sqlite3.connect(str(path))
+    assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION + 5)
+    conn.close()
