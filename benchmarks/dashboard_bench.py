@@ -4,7 +4,7 @@
                                                   [--range "Last 24 hours"] [--store PATH] [--keep]
 
 1. Fills a temporary store with ``--rows`` realistic events spread over the last
-   ``--span-hours`` hours (``dashboard.sample_data.synthetic_rows``; executemany
+   ``--span-hours`` hours (``observed_engine.dashboard.sample_data.synthetic_rows``; executemany
    in big transactions, indexes rebuilt from ``store.SCHEMA_SQL`` afterwards).
 2. Times the source's query functions per view: first call (cold) and a
    refresh (the next tick, after 300 new rows arrived).
@@ -27,15 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+import observed_engine.dashboard
 
-APP = str(ROOT / "dashboard" / "app.py")
+APP = str(Path(observed_engine.dashboard.__file__).with_name("app.py"))
 
 
 def fill(path: Path, rows: int, span_s: float) -> float:
-    from dashboard.sample_data import fill_store, synthetic_rows
+    from observed_engine.dashboard.sample_data import fill_store, synthetic_rows
 
     t = time.perf_counter()
     data = synthetic_rows(rows, end_ts=time.time() - 5, span_s=span_s)
@@ -74,8 +72,8 @@ def wait_next_tick(quantum: float) -> None:
 
 
 def bench_queries(path: Path, span_s: float, quantum: float) -> list:
-    from dashboard.sources import make_filters
-    from dashboard.sqlite_source import SQLiteSource
+    from observed_engine.dashboard.sources import make_filters
+    from observed_engine.dashboard.sqlite_source import SQLiteSource
 
     src = SQLiteSource(path)
     out = []
@@ -129,7 +127,8 @@ def bench_app(path: Path, range_label: str, quantum: float, repeat: int) -> tupl
     import streamlit as st
     from streamlit.testing.v1 import AppTest
 
-    from dashboard import views
+    from observed_engine.dashboard import prefetch
+    from observed_engine.dashboard.tabs import TABS
 
     os.environ["OBSERVED_STORE"] = str(path)
     os.environ["OBSERVED_REFRESH_SECONDS"] = f"{quantum:g}"
@@ -139,7 +138,7 @@ def bench_app(path: Path, range_label: str, quantum: float, repeat: int) -> tupl
         join_prefetch()
         st.cache_data.clear()
         st.cache_resource.clear()
-        views._PREFETCHED.clear()
+        prefetch.forget()
         at = AppTest.from_file(APP, default_timeout=300)
         if range_label:
             at.session_state["range"] = range_label
@@ -161,26 +160,26 @@ def bench_app(path: Path, range_label: str, quantum: float, repeat: int) -> tupl
 
     # (1) cold: a new session opens straight on the tab, nothing cached anywhere
     cold = {}
-    for tab in views.TABS:
+    for tab in TABS:
         cold[tab] = statistics.median(timed_run(fresh(tab)) for _ in range(repeat))
 
     # (2) the operator's flow: open the page (first tab), the other tabs are warmed in the
     #     background, then each tab is opened and refreshed with new rows arriving
     flow = []
     first_page, prefetch_s = [], []
-    switch = {tab: [] for tab in views.TABS}
-    refresh = {tab: [] for tab in views.TABS}
+    switch = {tab: [] for tab in TABS}
+    refresh = {tab: [] for tab in TABS}
     for _ in range(repeat):
         at = fresh()
         first_page.append(timed_run(at))
         prefetch_s.append(join_prefetch())
-        for tab in views.TABS:
+        for tab in TABS:
             at.session_state["view"] = tab
             switch[tab].append(timed_run(at))
             append_live_rows(path)
             wait_next_tick(quantum)
             refresh[tab].append(timed_run(at))
-    for tab in views.TABS:
+    for tab in TABS:
         flow.append((tab, cold[tab], statistics.median(switch[tab]), statistics.median(refresh[tab])))
     return warm_s, statistics.median(first_page), statistics.median(prefetch_s), flow
 
@@ -196,7 +195,7 @@ def main(argv=None) -> int:
     p.add_argument("--quantum", type=float, default=1.0, help="refresh interval in seconds")
     args = p.parse_args(argv)
 
-    from dashboard.sources import RANGE_PRESETS
+    from observed_engine.dashboard.sources import RANGE_PRESETS
 
     span_s = RANGE_PRESETS[args.range]
     tmp = None

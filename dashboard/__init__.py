@@ -1,1 +1,5 @@
-"""The observed-engine Streamlit dashboard (``streamlit run dashboard/app.py``)."""
+"""The observed-engine Streamlit dashboard, shipped as ``observed_engine.dashboard``.
+
+``app.py`` is the Streamlit script (``observed-engine dashboard``, or
+``streamlit run <this directory>/app.py``); everything else is imported relatively.
+"""

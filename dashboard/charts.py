@@ -17,11 +17,12 @@ from typing import Optional, Sequence
 import numpy as np
 import pandas as pd
 
-from dashboard.sources import COMPRESS_OUTCOMES, SUMMARY_FAILURE_EVENTS
+from observed_engine.contract import vocabulary as vocab
 
-OUTCOME_COLORS = {"compressed": "#2e9d5b", "noop": "#9aa5b1", "error": "#d64545", "timeout": "#f0a030"}
-RESULT_COLORS = {"unchanged": "#9aa5b1", "same_selection": "#5b8def", "changed_selection": "#f0a030",
-                 "fail_open": "#d64545"}
+OUTCOME_COLORS = {vocab.COMPRESSED: "#2e9d5b", vocab.NOOP: "#9aa5b1", vocab.CALL_ERROR: "#d64545",
+                  vocab.TIMEOUT: "#f0a030"}
+RESULT_COLORS = {vocab.UNCHANGED: "#9aa5b1", vocab.SAME_SELECTION: "#5b8def", vocab.CHANGED_SELECTION: "#f0a030",
+                 vocab.FAIL_OPEN: "#d64545"}
 SUMMARY_FAILURE_COLOR = "#8e44ad"     # a compress() call whose summary model failed (ring around its mark)
 MEASURE_COLORS = {"prompt tokens": "#3566c8", "threshold": "#e8833a", "window": "#6b7280"}
 QUANTILE_COLORS = {"p50": "#8fb8f5", "p95": "#3566c8", "p99": "#0a2d6e"}
@@ -101,7 +102,7 @@ def sawtooth(lines: pd.DataFrame, marks: pd.DataFrame, title: str = "", height: 
     failed = None
     if marks is not None and not marks.empty:
         # a summary failure is a row of its own next to the compress() call: a ring around that mark
-        is_failed = marks["outcome"].isin(SUMMARY_FAILURE_EVENTS)
+        is_failed = marks["outcome"].isin(vocab.SUMMARY_FAILURE_KINDS)
         failed, marks = marks[is_failed], marks[~is_failed]
     m_ts = pd.to_numeric(marks["ts"], errors="coerce").to_numpy(dtype=float) if marks is not None and \
         not marks.empty else np.array([])
@@ -140,7 +141,7 @@ def sawtooth(lines: pd.DataFrame, marks: pd.DataFrame, title: str = "", height: 
             "tokens_after": pd.to_numeric(marks["tokens_after"], errors="coerce").to_numpy(dtype=float),
             "duration_s": pd.to_numeric(marks["duration_s"], errors="coerce").to_numpy(dtype=float),
         })
-        color = {"field": "o", "type": "nominal", "scale": _scale(OUTCOME_COLORS, COMPRESS_OUTCOMES),
+        color = {"field": "o", "type": "nominal", "scale": _scale(OUTCOME_COLORS, vocab.COMPRESS_OUTCOMES),
                  "legend": None}
         layers.append({"data": {"name": "marks"}, "mark": {"type": "rule", "strokeDash": [2, 3], "opacity": 0.45},
                        "encoding": {"x": x, "color": color}})

@@ -16,24 +16,23 @@ from ``observed_engine.contract.promql``, shared with the Grafana board generato
 
 from __future__ import annotations
 
-import json
 import math
 import time
-import urllib.error
-import urllib.parse
-import urllib.request
+from contextlib import nullcontext
 from datetime import datetime
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import ContextManager, Dict, List, Optional, Sequence, Tuple
 
 import pandas as pd
 
-from dashboard.sources import (
-    CAP_ALERTS, COMPRESS_OUTCOMES, SELECTION_RESULTS, SUMMARY_EVENTS, SUMMARY_FAILURE_EVENTS, SUMMARY_KINDS,
-    Filters, Source, SourceError, Status,
-)
-
+from observed_engine.contract import vocabulary as vocab
 from observed_engine.contract.catalogue import BY_KEY
 from observed_engine.contract.promql import agg, eq, gauge, increase_sum, one_of, over, quantile, rate_sum
+
+from .prom_http import PrometheusHTTP
+from .sources import (
+    ALERT_COLUMNS, CAP_ALERTS, CONTENT_COLUMNS, HOOK_COMPRESS, INCIDENT_COLUMNS, INCIDENT_COUNT_COLUMNS,
+    SESSION_COLUMNS, Filters, SourceError, Status,
+)
 
 
 def _metric(key: str) -> str:
@@ -55,12 +54,9 @@ FAIL_OPEN = _metric("fail_open")
 SELECTIONS = _metric("selections")
 CACHE_LOST = _metric("cache_prefix_lost")
 
-METRICS_USED = (HOOK_CALLS, HOOK_DURATION + "_bucket", PROMPT, THRESHOLD, WINDOW, USAGE_RATIO, COMPRESSIONS,
-                COMPRESSION_DURATION + "_bucket", COMPRESSION_TOKENS + "_sum", COMPRESSION_TOKENS + "_count",
-                TIMEOUTS, SUMMARY_FAILURES, FAIL_OPEN, SELECTIONS, CACHE_LOST)
-
 ANY_SERIES = '{__name__=~"hermes_context_.+"}'
 LOOKBACK_ALL = 14 * 86400
+BEFORE, AFTER = vocab.STAGES
 
 
 def _dur(seconds: float) -> str:
@@ -83,57 +79,36 @@ def _count(v) -> int:
     return max(1, int(round(x)))
 
 
-class PrometheusSource(Source):
+class PrometheusSource:
+    """Implements ``sources.Source`` over the Prometheus HTTP API."""
+
     kind = "prometheus"
     capabilities = frozenset({CAP_ALERTS})
 
-    RETRY_AFTER_S = 10.0    # after a connection failure, answer "unreachable" at once for this long
-
     def __init__(self, url: str, timeout: float = 5.0) -> None:
-        self.url = (url or "").rstrip("/")
+        self.http = PrometheusHTTP(url, timeout)
+        self.url = self.http.url
         self.label = self.url
-        self.timeout = timeout
-        self.requests = 0
-        self._down_until = 0.0
-        self._down_error = ""
 
-    # -- HTTP ----------------------------------------------------------------
+    def supports(self, cap: str) -> bool:
+        return cap in self.capabilities
 
-    def _get(self, path: str, params: Optional[dict] = None):
-        if not self.url:
-            raise SourceError("no Prometheus URL configured (OBSERVED_PROMETHEUS_URL)")
-        q = ("?" + urllib.parse.urlencode(params)) if params else ""
-        if time.monotonic() < self._down_until:       # a dead server must not stall every refresh
-            raise SourceError(self._down_error)
-        self.requests += 1
-        try:
-            with urllib.request.urlopen(self.url + path + q, timeout=self.timeout) as resp:
-                body = json.loads(resp.read().decode("utf-8"))
-        except urllib.error.HTTPError as exc:
-            try:
-                body = json.loads(exc.read().decode("utf-8"))
-                raise SourceError(f"Prometheus {path}: {body.get('error', exc)}") from exc
-            except (ValueError, AttributeError):
-                raise SourceError(f"Prometheus {path}: HTTP {exc.code}") from exc
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            self._down_error = f"cannot reach Prometheus at {self.url}: {getattr(exc, 'reason', exc)}"
-            if not isinstance(exc, ValueError):
-                self._down_until = time.monotonic() + self.RETRY_AFTER_S
-            raise SourceError(self._down_error) from exc
-        if body.get("status") != "success":
-            raise SourceError(f"Prometheus {path}: {body.get('error', 'query failed')}")
-        return body.get("data")
+    def cache_key(self) -> str:
+        return f"{self.kind}:{self.label}"
+
+    def snapshot(self) -> ContextManager[object]:
+        return nullcontext()           # every query is one HTTP request; nothing to hold open
 
     def query(self, promql: str, at: Optional[float] = None) -> List[dict]:
         params = {"query": promql}
         if at is not None:
             params["time"] = f"{at:.3f}"
-        data = self._get("/api/v1/query", params)
+        data = self.http.get("/api/v1/query", params)
         return data.get("result", []) if isinstance(data, dict) else []
 
     def query_range(self, promql: str, start: float, end: float, step: float) -> List[dict]:
-        data = self._get("/api/v1/query_range", {"query": promql, "start": f"{start:.3f}", "end": f"{end:.3f}",
-                                                 "step": f"{max(1.0, step):g}"})
+        data = self.http.get("/api/v1/query_range", {"query": promql, "start": f"{start:.3f}",
+                                                     "end": f"{end:.3f}", "step": f"{max(1.0, step):g}"})
         return data.get("result", []) if isinstance(data, dict) else []
 
     # -- helpers -------------------------------------------------------------
@@ -235,6 +210,15 @@ class PrometheusSource(Source):
         return pd.DataFrame(rows, columns=["series", "engine", "ts", "prompt_tokens", "threshold_tokens",
                                            "window_tokens", "ratio"])
 
+    def sessions(self, f: Filters) -> pd.DataFrame:  # noqa: ARG002 (the Source protocol's signature)
+        return pd.DataFrame(columns=SESSION_COLUMNS)          # session ids are never metric labels
+
+    def incidents(self, f: Filters, limit: int) -> pd.DataFrame:  # noqa: ARG002
+        return pd.DataFrame(columns=INCIDENT_COLUMNS)         # counters, not events
+
+    def content(self, f: Filters, limit: int) -> pd.DataFrame:  # noqa: ARG002
+        return pd.DataFrame(columns=CONTENT_COLUMNS)          # message text is never exported
+
     def compressions(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
         sel, rng = self._sel(f), _dur(f.span)
         counts = self._vec(increase_sum(COMPRESSIONS, ["engine", "outcome"], sel, rng), f, ["engine", "outcome"])
@@ -245,23 +229,22 @@ class PrometheusSource(Source):
         tsum, tcnt = (self._vec(increase_sum(COMPRESSION_TOKENS, ["engine", "stage"], sel, rng, suffix), f,
                                 ["engine", "stage"]) for suffix in ("_sum", "_count"))
         engines = sorted(({k[0] for k in counts} | {k[0] for k in kinds}) - {None})
+        late_kinds = (vocab.HOST_REPORTED, vocab.LATE_COMPLETION)
         rows = []
         for e in engines:
-            c = {o: _count(counts.get((e, o))) for o in COMPRESS_OUTCOMES}
-            if not any(c.values()) and not any(_count(kinds.get((e, k))) for k in ("host_reported",
-                                                                                   "late_completion")):
+            c = {o: _count(counts.get((e, o))) for o in vocab.COMPRESS_OUTCOMES}
+            if not any(c.values()) and not any(_count(kinds.get((e, k))) for k in late_kinds):
                 continue
-            b_sum, a_sum = tsum.get((e, "before")), tsum.get((e, "after"))
-            b_n, a_n = tcnt.get((e, "before")), tcnt.get((e, "after"))
-            rows.append((e, *(c[o] for o in COMPRESS_OUTCOMES), _count(kinds.get((e, "host_reported"))),
-                         _count(kinds.get((e, "late_completion"))),
-                         *(_count(failed.get((e, k))) for k in SUMMARY_KINDS), sum(c.values()),
+            b_sum, a_sum = tsum.get((e, BEFORE)), tsum.get((e, AFTER))
+            b_n, a_n = tcnt.get((e, BEFORE)), tcnt.get((e, AFTER))
+            rows.append((e, *(c[o] for o in vocab.COMPRESS_OUTCOMES), *(_count(kinds.get((e, k))) for k in late_kinds),
+                         *(_count(failed.get((e, k))) for k in vocab.SUMMARY_FAILURE_KINDS), sum(c.values()),
                          q[0.5].get((e,)), q[0.95].get((e,)), q[0.99].get((e,)),
                          b_sum / b_n if b_sum is not None and b_n else None,
                          a_sum / a_n if a_sum is not None and a_n else None,
                          a_sum / b_sum if a_sum is not None and b_sum else None))
-        summary = pd.DataFrame(rows, columns=["engine", *COMPRESS_OUTCOMES, "host_reported", "late_completion",
-                                              *SUMMARY_FAILURE_EVENTS, "total", "p50_s", "p95_s", "p99_s",
+        summary = pd.DataFrame(rows, columns=["engine", *vocab.COMPRESS_OUTCOMES, *late_kinds,
+                                              *vocab.SUMMARY_FAILURE_KINDS, "total", "p50_s", "p95_s", "p99_s",
                                               "tokens_before_avg", "tokens_after_avg", "ratio"])
         m = self._matrix(increase_sum(COMPRESSIONS, ["engine", "outcome"], sel, _dur(f.step)), f,
                          ["engine", "outcome"], shift=f.step)
@@ -274,13 +257,14 @@ class PrometheusSource(Source):
         lost = self._vec(increase_sum(CACHE_LOST, ["engine"], sel, rng), f, ["engine"])
         rows = []
         for e in sorted({k[0] for k in counts} - {None}):
-            c = {r: _count(counts.get((e, r))) for r in SELECTION_RESULTS}
+            c = {r: _count(counts.get((e, r))) for r in vocab.SELECTION_RESULTS}
             total = sum(c.values())
             if not total:
                 continue
-            rows.append((e, *(c[r] for r in SELECTION_RESULTS), total, c["changed_selection"] / total,
+            rows.append((e, *(c[r] for r in vocab.SELECTION_RESULTS), total, c[vocab.CHANGED_SELECTION] / total,
                          int(round(lost.get((e,), 0.0)))))
-        summary = pd.DataFrame(rows, columns=["engine", *SELECTION_RESULTS, "total", "churn", "cache_lost_tokens"])
+        summary = pd.DataFrame(rows, columns=["engine", *vocab.SELECTION_RESULTS, "total", "churn",
+                                              "cache_lost_tokens"])
         m = self._matrix(increase_sum(SELECTIONS, ["engine", "result"], sel, _dur(f.step)), f,
                          ["engine", "result"], shift=f.step)
         m = m[m["value"] > 0.05].rename(columns={"value": "count"})
@@ -290,7 +274,7 @@ class PrometheusSource(Source):
         sel, rng = self._sel(f), _dur(f.span)
         by = ["engine", "hook"]
         calls = self._vec(increase_sum(HOOK_CALLS, by, sel, rng), f, by)
-        errors = self._vec(increase_sum(HOOK_CALLS, by, self._sel(f, outcome="error"), rng), f, by)
+        errors = self._vec(increase_sum(HOOK_CALLS, by, self._sel(f, outcome=vocab.CALL_ERROR), rng), f, by)
         q = {p: self._vec(quantile(p, HOOK_DURATION, by, sel, rng, fn="increase"), f, by) for p in (0.5, 0.95, 0.99)}
         span = max(1.0, self._at(f) - f.start)
         rows = []
@@ -307,27 +291,29 @@ class PrometheusSource(Source):
         return table, m[["ts", "engine", "hook", "calls_per_s"]].reset_index(drop=True)
 
     def incident_counts(self, f: Filters) -> pd.DataFrame:
+        """Fail-opens per engine, hook and reason; timeouts per engine and kind (the kind is the
+        store's event); summary failures per engine, kind and cause (reason)."""
         sel, rng = self._sel(f), _dur(f.span)
         rows = []
-        for (e, h, r), v in self._vec(increase_sum(FAIL_OPEN, ["engine", "hook", "reason"], sel, rng), f,
+        for (e, h, r), n in self._vec(increase_sum(FAIL_OPEN, ["engine", "hook", "reason"], sel, rng), f,
                                       ["engine", "hook", "reason"]).items():
-            if _count(v):
-                rows.append((e, h, "fail_open", r, _count(v)))
-        for (e, k), v in self._vec(increase_sum(TIMEOUTS, ["engine", "kind"], sel, rng), f,
+            if _count(n):
+                rows.append((e, h, vocab.FAIL_OPEN, None, r, _count(n)))
+        for (e, k), n in self._vec(increase_sum(TIMEOUTS, ["engine", "kind"], sel, rng), f,
                                    ["engine", "kind"]).items():
-            if _count(v):
-                rows.append((e, "compress", k, None, _count(v)))
-        for (e, k, c), v in self._vec(increase_sum(SUMMARY_FAILURES, ["engine", "kind", "cause"], sel, rng), f,
+            if _count(n):
+                rows.append((e, HOOK_COMPRESS, k, None, None, _count(n)))
+        for (e, k, c), n in self._vec(increase_sum(SUMMARY_FAILURES, ["engine", "kind", "cause"], sel, rng), f,
                                       ["engine", "kind", "cause"]).items():
-            if _count(v):
-                rows.append((e, "compress", SUMMARY_EVENTS.get(k, f"summary_{k}"), c, _count(v)))
-        df = pd.DataFrame(rows, columns=["engine", "hook", "event", "reason", "count"])
+            if _count(n):
+                rows.append((e, HOOK_COMPRESS, vocab.EVENT_SUMMARY_FAILURE, k, c, _count(n)))
+        df = pd.DataFrame(rows, columns=INCIDENT_COUNT_COLUMNS)
         return df.sort_values("count", ascending=False).reset_index(drop=True)
 
-    def alerts(self, f: Filters, now: float) -> pd.DataFrame:
-        data = self._get("/api/v1/alerts") or {}
+    def alerts(self, f: Filters, now: float) -> pd.DataFrame:  # noqa: ARG002 (Prometheus evaluates at its now)
+        data = self.http.get("/api/v1/alerts") or {}
         rows = []
-        for a in data.get("alerts", []):
+        for a in data.get("alerts", []) if isinstance(data, dict) else []:
             labels, ann = a.get("labels", {}), a.get("annotations", {})
             engine = labels.get("engine")
             if f.engines and engine and engine not in f.engines:
@@ -335,9 +321,9 @@ class PrometheusSource(Source):
             since = None
             if a.get("activeAt"):
                 try:
-                    since = datetime.fromisoformat(a["activeAt"].replace("Z", "+00:00")).timestamp()
+                    since = datetime.fromisoformat(str(a["activeAt"]).replace("Z", "+00:00")).timestamp()
                 except ValueError:
                     since = None
             rows.append((labels.get("alertname", "?"), labels.get("severity", ""), a.get("state", ""), engine,
                          ann.get("summary") or ann.get("description") or "", since))
-        return pd.DataFrame(rows, columns=["alert", "severity", "state", "engine", "detail", "since"])
+        return pd.DataFrame(rows, columns=ALERT_COLUMNS)

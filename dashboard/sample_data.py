@@ -7,7 +7,6 @@ Two producers, both returning row tuples in ``observed_engine.contract.store_sch
     prompt, one compression that drops it (the sawtooth), every select_context
     result, a compression past its deadline, a fail-open and two compressions that
     returned although the summary model failed (a fallback summary, an abort).
-    ``SCENARIO`` holds the numbers the dashboard must show for it.
 
 ``synthetic_rows(n, end_ts, span_s)``
     ``n`` realistic rows spread over ``span_s`` seconds ending at ``end_ts``
@@ -21,8 +20,9 @@ from __future__ import annotations
 import math
 import random
 import re
-from typing import Dict, List, Sequence
+from typing import List, Sequence
 
+from observed_engine.contract import vocabulary as v
 from observed_engine.contract.store_schema import COLUMNS, INSERT_SQL, SCHEMA_SQL, make_row
 from observed_engine.store import connect
 
@@ -32,39 +32,11 @@ HOST = "test-host"
 def _row(**fields) -> tuple:
     fields.setdefault("host", HOST)
     fields.setdefault("pid", 4242)
-    fields.setdefault("event", "call")
+    fields.setdefault("event", v.EVENT_CALL)
     return make_row(**fields)
 
 
 # --- the hand-checkable scenario ---------------------------------------------
-
-# What the dashboard must show for scenario_rows().
-SCENARIO: Dict[str, object] = {
-    "engines": ("compressor", "lcm"),
-    "sessions": ("sess-alpha", "sess-beta", "sess-gamma"),
-    # compress() outcomes of engine "compressor"
-    "compressor_compressions": {"compressed": 2, "noop": 1, "error": 0, "timeout": 1},
-    "compressor_tokens_before": (90_000, 88_000),       # compressed calls
-    "compressor_tokens_after": (18_000, 22_000),
-    # select_context results of engine "compressor"
-    "compressor_selections": {"unchanged": 3, "same_selection": 2, "changed_selection": 2, "fail_open": 1},
-    "compressor_cache_lost": 7_000,
-    # select_context results of engine "lcm"
-    "lcm_selections": {"unchanged": 1, "same_selection": 0, "changed_selection": 1, "fail_open": 0},
-    "lcm_cache_lost": 1_500,
-    # the incident table
-    "fail_open": {"session": "sess-beta", "engine": "compressor", "hook": "select_context",
-                  "event": "fail_open", "reason": "invalid_return"},
-    "deadline": {"session": "sess-alpha", "engine": "compressor", "hook": "compress",
-                 "event": "deadline_exceeded", "reason": "stalled"},
-    # compress() calls that returned although the summary model failed: (engine, kind, cause) -> count
-    # (store rows event='summary_failure', outcome=kind, reason=cause; the dashboard's
-    # summary_fallback / summary_aborted)
-    "summary_failures": {("compressor", "fallback_summary", "other"): 1, ("compressor", "aborted", "network"): 1},
-    "incidents": 4,
-    "peak_prompt_tokens": 90_000,
-}
-
 
 def scenario_rows(now: float) -> List[tuple]:
     """Rows of the scenario, all within the last 20 minutes before ``now``; the deadline and
@@ -79,55 +51,55 @@ def scenario_rows(now: float) -> List[tuple]:
     for p in prompts:
         t += 60
         rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="should_compress",
-                         outcome="ok", duration_s=0.00002))
+                         outcome=v.CALL_OK, duration_s=0.00002))
         rows.append(_row(ts=t + 1, session="sess-alpha", engine="compressor", hook="update_from_response",
-                         outcome="ok", duration_s=0.00005, prompt_tokens=p, threshold_tokens=threshold,
+                         outcome=v.CALL_OK, duration_s=0.00005, prompt_tokens=p, threshold_tokens=threshold,
                          window_tokens=window, input_tokens=p, output_tokens=800, cache_read_tokens=p // 2,
                          cache_write_tokens=1000, reasoning_tokens=0))
     t += 30
-    rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", outcome="compressed",
+    rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", outcome=v.COMPRESSED,
                      duration_s=12.0, tokens_before=90_000, tokens_after=18_000, messages_before=120,
                      messages_after=14, prompt_tokens=0, threshold_tokens=threshold, window_tokens=window))
     for p in (30_000, 55_000, 88_000):
         t += 60
         rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="update_from_response",
-                         outcome="ok", duration_s=0.00006, prompt_tokens=p, threshold_tokens=threshold,
+                         outcome=v.CALL_OK, duration_s=0.00006, prompt_tokens=p, threshold_tokens=threshold,
                          window_tokens=window, input_tokens=p, output_tokens=600))
     t += 30
     # the summary model failed (a 5xx): the compressor dropped the middle turns with a fallback summary
-    rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", event="summary_failure",
-                     outcome="fallback_summary", reason="other", duration_s=20.0))
-    rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", outcome="compressed",
+    rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", event=v.EVENT_SUMMARY_FAILURE,
+                     outcome=v.FALLBACK_SUMMARY, reason=v.CAUSE_OTHER, duration_s=20.0))
+    rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", outcome=v.COMPRESSED,
                      duration_s=20.0, tokens_before=88_000, tokens_after=22_000, messages_before=90,
                      messages_after=12, prompt_tokens=0, threshold_tokens=threshold, window_tokens=window))
     t += 60
     # a compression that stalls past its deadline, then a no-op one: the summary model was unreachable,
     # the compressor aborted and kept the messages
-    rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", event="deadline_exceeded",
+    rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", event=v.DEADLINE_EXCEEDED,
                      reason="stalled", duration_s=120.0))
     t += 10
-    rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", event="summary_failure",
-                     outcome="aborted", reason="network", duration_s=0.5))
-    rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", outcome="noop",
+    rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", event=v.EVENT_SUMMARY_FAILURE,
+                     outcome=v.ABORTED, reason=v.CAUSE_NETWORK, duration_s=0.5))
+    rows.append(_row(ts=t, session="sess-alpha", engine="compressor", hook="compress", outcome=v.NOOP,
                      duration_s=0.5, tokens_before=30_000, tokens_after=30_000, messages_before=20,
                      messages_after=20))
 
     # sess-beta on "compressor": select_context with every result, and a fail-open.
     t = t0 + 100
-    results = ["unchanged", "unchanged", "unchanged", "same_selection", "same_selection",
-               "changed_selection", "changed_selection", "fail_open"]
+    results = [v.UNCHANGED, v.UNCHANGED, v.UNCHANGED, v.SAME_SELECTION, v.SAME_SELECTION,
+               v.CHANGED_SELECTION, v.CHANGED_SELECTION, v.FAIL_OPEN]
     lost = {5: 3_000, 6: 4_000}
     for i, res in enumerate(results):
         t += 45
         rows.append(_row(ts=t, session="sess-beta", engine="compressor", hook="select_context", outcome=res,
                          duration_s=0.002 + 0.001 * i, tokens_before=50_000, tokens_after=42_000 if res ==
-                         "changed_selection" else 50_000, messages_before=40, messages_after=40,
+                         v.CHANGED_SELECTION else 50_000, messages_before=40, messages_after=40,
                          cache_lost_tokens=lost.get(i, 0)))
-        if res == "fail_open":
+        if res == v.FAIL_OPEN:
             rows.append(_row(ts=t + 0.001, session="sess-beta", engine="compressor", hook="select_context",
-                             event="fail_open", reason="invalid_return"))
+                             event=v.FAIL_OPEN, reason=v.REASON_INVALID_RETURN))
         rows.append(_row(ts=t + 2, session="sess-beta", engine="compressor", hook="update_from_response",
-                         outcome="ok", duration_s=0.00004, prompt_tokens=30_000 + 2_000 * i,
+                         outcome=v.CALL_OK, duration_s=0.00004, prompt_tokens=30_000 + 2_000 * i,
                          threshold_tokens=threshold, window_tokens=window, input_tokens=30_000 + 2_000 * i,
                          output_tokens=500))
 
@@ -135,10 +107,10 @@ def scenario_rows(now: float) -> List[tuple]:
     t = t0 + 200
     for i, p in enumerate((10_000, 25_000, 40_000)):
         t += 90
-        rows.append(_row(ts=t, session="sess-gamma", engine="lcm", hook="update_from_response", outcome="ok",
+        rows.append(_row(ts=t, session="sess-gamma", engine="lcm", hook="update_from_response", outcome=v.CALL_OK,
                          duration_s=0.0001, prompt_tokens=p, threshold_tokens=150_000, window_tokens=200_000,
                          input_tokens=p, output_tokens=700))
-    for res, lost_tokens in (("unchanged", 0), ("changed_selection", 1_500)):
+    for res, lost_tokens in ((v.UNCHANGED, 0), (v.CHANGED_SELECTION, 1_500)):
         t += 30
         rows.append(_row(ts=t, session="sess-gamma", engine="lcm", hook="select_context", outcome=res,
                          duration_s=0.004, cache_lost_tokens=lost_tokens, tokens_before=40_000,
@@ -167,7 +139,7 @@ def synthetic_rows(n: int, *, end_ts: float, span_s: float = 86_400.0, seed: int
     lognorm = rnd.lognormvariate
     random_ = rnd.random
 
-    def base(ts, session, engine, hook, event="call", outcome="ok", reason=None, duration=None):
+    def base(ts, session, engine, hook, event=v.EVENT_CALL, outcome=v.CALL_OK, reason=None, duration=None):
         r = [None] * width
         r[I["ts"]] = ts
         r[I["host"]] = HOST
@@ -199,21 +171,21 @@ def synthetic_rows(n: int, *, end_ts: float, span_s: float = 86_400.0, seed: int
             out.append(tuple(base(t, session, engine, "should_compress", duration=lognorm(-10.5, 0.5))))
             res_draw = random_()
             if res_draw < 0.60:
-                res = "unchanged"
+                res = v.UNCHANGED
             elif res_draw < 0.85:
-                res = "same_selection"
+                res = v.SAME_SELECTION
             elif res_draw < 0.985:
-                res = "changed_selection"
+                res = v.CHANGED_SELECTION
             else:
-                res = "fail_open"
+                res = v.FAIL_OPEN
             r = base(t + 0.01, session, engine, "select_context", outcome=res, duration=lognorm(-6.0, 0.7))
             r[I["tokens_before"]] = prompt
-            r[I["tokens_after"]] = prompt if res != "changed_selection" else int(prompt * 0.9)
-            r[I["cache_lost_tokens"]] = int(prompt * 0.3) if res == "changed_selection" else 0
+            r[I["tokens_after"]] = prompt if res != v.CHANGED_SELECTION else int(prompt * 0.9)
+            r[I["cache_lost_tokens"]] = int(prompt * 0.3) if res == v.CHANGED_SELECTION else 0
             out.append(tuple(r))
-            if res == "fail_open":
-                out.append(tuple(base(t + 0.011, session, engine, "select_context", event="fail_open",
-                                      outcome=None, reason="exception" if random_() < 0.5 else "invalid_return")))
+            if res == v.FAIL_OPEN:
+                out.append(tuple(base(t + 0.011, session, engine, "select_context", event=v.FAIL_OPEN,
+                                      outcome=None, reason=v.REASON_EXCEPTION if random_() < 0.5 else v.REASON_INVALID_RETURN)))
             prompt += int(1_000 + 3_000 * random_())
             r = base(t + 2.0, session, engine, "update_from_response", duration=lognorm(-9.5, 0.4))
             r[I["prompt_tokens"]] = prompt
@@ -229,28 +201,28 @@ def synthetic_rows(n: int, *, end_ts: float, span_s: float = 86_400.0, seed: int
                 draw = random_()
                 ct = t + 2.2
                 if draw < 0.02:        # stalled past the deadline
-                    out.append(tuple(base(ct + 120, session, engine, "compress", event="deadline_exceeded",
+                    out.append(tuple(base(ct + 120, session, engine, "compress", event=v.DEADLINE_EXCEEDED,
                                           outcome=None, reason="stalled", duration=120.0)))
                     continue
-                outcome = "compressed" if draw < 0.92 else ("noop" if draw < 0.97 else "error")
+                outcome = v.COMPRESSED if draw < 0.92 else (v.NOOP if draw < 0.97 else v.CALL_ERROR)
                 dur = lognorm(math.log(8.0), 0.6)
                 # the summary model failed although compress() returned (drawn from the same number):
                 # ~2 % of compressions with a fallback summary, ~1.5 % aborted (messages kept)
                 if 0.90 <= draw < 0.935:
                     # (the built-in aborts on auth and network failures, falls back on the others)
-                    kind = "fallback_summary" if draw < 0.92 else "aborted"
-                    cause = "other" if draw < 0.92 else ("network" if draw < 0.93 else "auth")
-                    out.append(tuple(base(ct + dur, session, engine, "compress", event="summary_failure",
+                    kind = v.FALLBACK_SUMMARY if draw < 0.92 else v.ABORTED
+                    cause = v.CAUSE_OTHER if draw < 0.92 else (v.CAUSE_NETWORK if draw < 0.93 else v.CAUSE_AUTH)
+                    out.append(tuple(base(ct + dur, session, engine, "compress", event=v.EVENT_SUMMARY_FAILURE,
                                           outcome=kind, reason=cause, duration=dur)))
                 r = base(ct + dur, session, engine, "compress", outcome=outcome, duration=dur,
-                         reason="RuntimeError" if outcome == "error" else None)
+                         reason="RuntimeError" if outcome == v.CALL_ERROR else None)
                 r[I["tokens_before"]] = prompt
-                after = int(prompt * (0.15 + 0.15 * random_())) if outcome == "compressed" else prompt
+                after = int(prompt * (0.15 + 0.15 * random_())) if outcome == v.COMPRESSED else prompt
                 r[I["tokens_after"]] = after
                 r[I["messages_before"]] = 100
-                r[I["messages_after"]] = 12 if outcome == "compressed" else 100
+                r[I["messages_after"]] = 12 if outcome == v.COMPRESSED else 100
                 out.append(tuple(r))
-                if outcome == "compressed":
+                if outcome == v.COMPRESSED:
                     prompt = after
     out.sort(key=lambda r: r[0])
     if len(out) > n:

@@ -1,48 +1,44 @@
-"""Data sources of the dashboard: one interface, two implementations.
+"""What every tab asks a data source, and the filters it asks with.
 
-``SQLiteSource(path)``
+:class:`Source` is a ``typing.Protocol``: exactly the members the tabs, the header and the app
+call. Two implementations satisfy it structurally (this module imports neither;
+``factory.open_source`` builds one):
+
+``SQLiteSource(path)`` (``sqlite_source.py``)
     The embedded store written by the engine (``observed_engine.store``), opened
     read-only. It has everything: per-session rows, exact counts, the
-    individual timeout / fail-open events and, when ``capture_content`` was on,
-    message text.
+    individual timeout / fail-open / summary-failure events and, when
+    ``capture_content`` was on, message text.
 
-``PrometheusSource(url)``
+``PrometheusSource(url)`` (``prometheus_source.py``)
     A Prometheus server scraping the engine's ``/metrics``: PromQL over the
-    catalogue's metric names through ``/api/v1/query``, ``/api/v1/query_range``
-    and ``/api/v1/alerts``. Metrics carry no session ids and no individual
+    catalogue's metric names. Metrics carry no session ids and no individual
     events, so per-session views and the event table need the store; counts
     come from ``increase()`` and are extrapolated.
 
-Both return the same pandas frames (small, already aggregated), so the views do
-not care where the numbers come from. Every method takes a :class:`Filters`.
+Both return the same pandas frames (small, already aggregated), so the tabs do
+not care where the numbers come from. Event, outcome, kind and reason values are the
+contract's words (``observed_engine.contract.vocabulary``), never renamed here.
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass
-from typing import Dict, FrozenSet, Optional, Sequence, Tuple
+from typing import ContextManager, Dict, FrozenSet, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 import pandas as pd
 
-# --- vocabulary (the telemetry contract) -------------------------------------
+from observed_engine.contract.hooks import BY_NAME as _HOOKS
 
-COMPRESS_OUTCOMES: Tuple[str, ...] = ("compressed", "noop", "error", "timeout")
-SELECTION_RESULTS: Tuple[str, ...] = ("unchanged", "same_selection", "changed_selection", "fail_open")
-TIMEOUT_EVENTS: Tuple[str, ...] = ("deadline_exceeded", "host_reported", "late_completion")
-# compress() calls that returned although the summary model failed (catalogue key "summary_failures";
-# store rows event='summary_failure', outcome=kind, reason=cause). The dashboard names the incident by
-# its kind: SUMMARY_EVENTS[kind].
-SUMMARY_KINDS: Tuple[str, ...] = ("fallback_summary", "aborted")
-SUMMARY_CAUSES: Tuple[str, ...] = ("auth", "network", "other")
-SUMMARY_EVENTS: Dict[str, str] = {"fallback_summary": "summary_fallback", "aborted": "summary_aborted"}
-SUMMARY_FAILURE_EVENTS: Tuple[str, ...] = tuple(SUMMARY_EVENTS[k] for k in SUMMARY_KINDS)
-INCIDENT_EVENTS: Tuple[str, ...] = TIMEOUT_EVENTS + ("fail_open",) + SUMMARY_FAILURE_EVENTS
+# The hooks the views single out (names checked against the contract's hook table at import).
+HOOK_COMPRESS = _HOOKS["compress"].name
+HOOK_SELECT = _HOOKS["select_context"].name
+HOOK_UPDATE = _HOOKS["update_from_response"].name
 
 # Capabilities a source may have; views say what is missing when one is absent.
 CAP_SESSIONS = "sessions"          # per-session rows (the sawtooth of one session)
-CAP_EVENTS = "events"              # the individual timeout / fail-open events
+CAP_EVENTS = "events"              # the individual timeout / fail-open / summary-failure events
 CAP_CONTENT = "content"            # message text (only if capture_content was on)
 CAP_EXACT = "exact_counts"         # counts are exact, not extrapolated
 CAP_ALERTS = "alert_rules"         # alerts evaluated by Prometheus rules
@@ -102,7 +98,7 @@ def make_filters(span_s: float, now: float, *, engines: Sequence[str] = (), sess
                    session=session or None)
 
 
-# --- status ------------------------------------------------------------------
+# --- status and errors ---------------------------------------------------------
 
 @dataclass
 class Status:
@@ -111,6 +107,7 @@ class Status:
     first_ts: Optional[float] = None
     last_ts: Optional[float] = None
     events: Optional[int] = None   # rows in the store (approximate for big stores)
+    skipped: int = 0               # rows whose time is not a number (never in any range)
 
     @property
     def ok(self) -> bool:
@@ -118,135 +115,110 @@ class Status:
 
 
 class SourceError(RuntimeError):
-    """A source could not answer (unreachable server, unreadable file)."""
+    """A source could not answer (unreachable server, unreadable file). The message is the
+    dashboard's own wording: never a fetched body."""
 
 
-# --- the interface -----------------------------------------------------------
+# --- rows left out ----------------------------------------------------------------
 
-class Source:
-    """The interface every view is written against. Frames are documented per method."""
+def skipped(df: Optional[pd.DataFrame]) -> int:
+    """How many store rows the query behind ``df`` left out because a numeric column held
+    something that is not a number (SQLite is dynamically typed)."""
+    if df is None:
+        return 0
+    return int(df.attrs.get("skipped", 0))
 
-    kind: str = "abstract"
-    label: str = ""
-    capabilities: FrozenSet[str] = frozenset()
+
+def with_skipped(df: pd.DataFrame, n: int) -> pd.DataFrame:
+    df.attrs["skipped"] = int(n)
+    return df
+
+
+# --- the interface -------------------------------------------------------------------
+
+@runtime_checkable
+class Source(Protocol):
+    """What the tabs, the header and the app call on a source. Frames are documented per method;
+    event / outcome / kind / reason values are the contract's words."""
+
+    kind: str                          # "sqlite" | "prometheus"
+    label: str                         # what the page calls it (a path, a URL)
+    capabilities: FrozenSet[str]
 
     def supports(self, cap: str) -> bool:
-        return cap in self.capabilities
+        ...
 
     def cache_key(self) -> str:
-        return f"{self.kind}:{self.label}"
+        ...
+
+    def snapshot(self) -> ContextManager[object]:
+        """One consistent read for everything inside (the store: one read transaction)."""
+        ...
 
     def status(self) -> Status:
-        raise NotImplementedError
+        ...
 
-    def engines(self, f: Filters) -> list:
+    def engines(self, f: Optional[Filters]) -> list:
         """Engine names seen (in the range where the source can tell)."""
-        raise NotImplementedError
+        ...
 
-    def sessions(self, f: Filters, limit: Optional[int] = None) -> pd.DataFrame:
-        """[session, engine, last_ts] active in the range, most recent first."""
-        return pd.DataFrame(columns=["session", "engine", "last_ts"])
+    def sessions(self, f: Filters) -> pd.DataFrame:
+        """[session, engine, last_ts] active in the range, most recent first (empty without
+        CAP_SESSIONS)."""
+        ...
 
     def usage(self, f: Filters, series: Sequence[str]) -> Tuple[pd.DataFrame, pd.DataFrame]:
         """The sawtooth. Lines: [ts, series, prompt_tokens, threshold_tokens, window_tokens];
         compression marks: [ts, series, outcome, tokens_before, tokens_after, duration_s].
-        ``series`` are session ids (store) or engine names (Prometheus)."""
-        raise NotImplementedError
+        ``series`` are session ids (store) or engine names (Prometheus). A mark's outcome is the
+        call's outcome, ``timeout`` for a deadline, a summary-failure kind, or the event."""
+        ...
+
+    def usage_now(self, f: Filters, series: Sequence[str]) -> pd.DataFrame:
+        """Latest [series, engine, ts, prompt_tokens, threshold_tokens, window_tokens, ratio]."""
+        ...
 
     def compressions(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
-        """Per engine: [engine, compressed, noop, error, timeout, host_reported, late_completion,
-        summary_fallback, summary_aborted, total, p50_s, p95_s, p99_s, tokens_before_avg,
-        tokens_after_avg, ratio]; over time: [ts, engine, outcome, count].
-        ``summary_fallback`` / ``summary_aborted``: calls among them that returned although the
-        summary model failed (a fallback summary was inserted / the compression was aborted)."""
-        raise NotImplementedError
+        """Per engine: [engine, *COMPRESS_OUTCOMES, host_reported, late_completion,
+        *SUMMARY_FAILURE_KINDS, total, p50_s, p95_s, p99_s, tokens_before_avg, tokens_after_avg,
+        ratio]; over time: [ts, engine, outcome, count]. The SUMMARY_FAILURE_KINDS columns
+        (fallback_summary, aborted) count the calls among them that returned although the
+        summary model failed."""
+        ...
 
     def selections(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
-        """Per engine: [engine, unchanged, same_selection, changed_selection, fail_open, total,
-        churn, cache_lost_tokens]; over time: [ts, engine, result, count]."""
-        raise NotImplementedError
+        """Per engine: [engine, *SELECTION_RESULTS, total, churn, cache_lost_tokens];
+        over time: [ts, engine, result, count]."""
+        ...
 
     def latency(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
         """Per engine and hook: [engine, hook, calls, calls_per_s, errors, p50_ms, p95_ms, p99_ms];
         over time: [ts, engine, hook, calls_per_s]."""
-        raise NotImplementedError
+        ...
 
-    def incidents(self, f: Filters, limit: int = 500) -> pd.DataFrame:
-        """Timeout, fail-open and summary-failure events, newest first:
-        [ts, session, engine, hook, event, reason, duration_s, content].
-        ``event`` is one of INCIDENT_EVENTS (a summary failure: summary_fallback / summary_aborted,
-        with its cause as ``reason``)."""
-        return pd.DataFrame(columns=["ts", "session", "engine", "hook", "event", "reason", "duration_s",
-                                     "content"])
+    def incidents(self, f: Filters, limit: int) -> pd.DataFrame:
+        """Incident rows (vocabulary.INCIDENT_EVENTS), newest first:
+        [ts, session, engine, hook, event, kind, reason, duration_s, content]; ``kind`` is the
+        summary-failure kind of a summary_failure row (its reason: the cause). Empty without
+        CAP_EVENTS."""
+        ...
 
     def incident_counts(self, f: Filters) -> pd.DataFrame:
-        """[engine, hook, event, reason, count] over the range (events and reasons as in ``incidents``)."""
-        raise NotImplementedError
+        """[engine, hook, event, kind, reason, count] over the range (as in ``incidents``)."""
+        ...
 
     def alerts(self, f: Filters, now: float) -> pd.DataFrame:
         """Active alerts: [alert, severity, state, engine, detail, since]."""
-        raise NotImplementedError
+        ...
 
-    def content(self, f: Filters, limit: int = 50) -> pd.DataFrame:
-        """Captured message text of the selected session: [ts, hook, content] (store only)."""
-        return pd.DataFrame(columns=["ts", "hook", "content"])
-
-    def kpis(self, f: Filters) -> Dict[str, Optional[float]]:
-        """Headline numbers: sessions, compressions, timeouts, fail_opens, usage_ratio, usage_session."""
-        raise NotImplementedError
+    def content(self, f: Filters, limit: int) -> pd.DataFrame:
+        """Captured message text of the selected session: [ts, hook, content] (empty without
+        CAP_CONTENT)."""
+        ...
 
 
-# --- choosing a source from the environment ----------------------------------
-
-ENV_STORE = "OBSERVED_STORE"
-ENV_PROMETHEUS = "OBSERVED_PROMETHEUS_URL"
-ENV_REFRESH = "OBSERVED_REFRESH_SECONDS"
-ENV_SOURCE = "OBSERVED_SOURCE"       # optional: "sqlite" or "prometheus" to force the default
-
-
-def default_store_path() -> str:
-    from observed_engine.host import default_store_path as _default
-    return str(_default())
-
-
-def env_store_path() -> str:
-    return os.environ.get(ENV_STORE) or default_store_path()
-
-
-def env_prometheus_url() -> str:
-    return os.environ.get(ENV_PROMETHEUS, "")
-
-
-def env_default_kind() -> str:
-    forced = os.environ.get(ENV_SOURCE, "").strip().lower()
-    if forced in ("sqlite", "prometheus"):
-        return forced
-    if os.environ.get(ENV_PROMETHEUS) and not os.environ.get(ENV_STORE):
-        return "prometheus"
-    return "sqlite"
-
-
-def env_refresh_seconds(default: float = 5.0) -> float:
-    try:
-        v = float(os.environ.get(ENV_REFRESH, default))
-    except ValueError:
-        return default
-    return v if v > 0 else default
-
-
-def open_source(kind: str, target: str) -> Source:
-    if kind == "prometheus":
-        from dashboard.prometheus_source import PrometheusSource
-        return PrometheusSource(target)
-    from dashboard.sqlite_source import SQLiteSource
-    return SQLiteSource(target)
-
-
-def __getattr__(name):   # SQLiteSource / PrometheusSource importable from here
-    if name == "SQLiteSource":
-        from dashboard.sqlite_source import SQLiteSource
-        return SQLiteSource
-    if name == "PrometheusSource":
-        from dashboard.prometheus_source import PrometheusSource
-        return PrometheusSource
-    raise AttributeError(name)
+SESSION_COLUMNS = ["session", "engine", "last_ts"]
+INCIDENT_COLUMNS = ["ts", "session", "engine", "hook", "event", "kind", "reason", "duration_s", "content"]
+INCIDENT_COUNT_COLUMNS = ["engine", "hook", "event", "kind", "reason", "count"]
+CONTENT_COLUMNS = ["ts", "hook", "content"]
+ALERT_COLUMNS = ["alert", "severity", "state", "engine", "detail", "since"]

@@ -12,7 +12,7 @@ The data feeds are swappable, with one job each:
     traffic of five sessions, with a summary slower than the compress deadline, a summary model
     that fails (``call_llm`` raises: a server error, then a 401; the compressor returns with a
     fallback summary, then aborted) and select_context garbage (``support.real_feeds``);
-  - ``rows``: the hand-made scenario of ``dashboard.sample_data`` written with ``StoreWriter``.
+  - ``rows``: the hand-made scenario of ``observed_engine.dashboard.sample_data`` written with ``StoreWriter``.
 
   One feed per module (``fed``); tests that write get a copy.
 * ``metrics_endpoint`` serves /metrics for the real Prometheus the tests start.
@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import gc
 import hashlib
+import html
 import json
 import os
+import re
 import shutil
 import threading
 import time
@@ -43,12 +45,14 @@ from pathlib import Path
 from typing import Callable, Optional
 
 import pytest
+from markdown_it import MarkdownIt
+from support import real_feeds
 from support.real_feeds import (SCRIPT, EngineExporter, StoreFacts, copy_store, feed_real_session, percentiles,
                                 prometheus_ready_for, store_facts)
 from support.servers import PrometheusServer, free_port
 
-from dashboard.sample_data import scenario_rows
-from dashboard.views import fmt_int, fmt_pct, fmt_seconds, fmt_tokens
+from observed_engine.dashboard.format import fmt_int, fmt_pct, fmt_seconds, fmt_tokens
+from observed_engine.dashboard.sample_data import scenario_rows
 from observed_engine.contract import catalogue
 from observed_engine.contract.store_schema import make_row
 from observed_engine.store import StoreWriter, connect
@@ -135,10 +139,23 @@ def metrics(at) -> dict:
     return {m.label: m.value for m in at.metric}
 
 
+MARKDOWN = MarkdownIt("commonmark").enable(["table", "strikethrough"])
+
+
+def rendered(source: str) -> str:
+    """The text a Markdown element shows (CommonMark, as Streamlit renders it): tags dropped,
+    escapes and entities resolved."""
+    return html.unescape(re.sub(r"<[^>]+>", "", MARKDOWN.render(str(source))))
+
+
+def markdown_elements(at) -> list:
+    """Every element whose text Streamlit renders as Markdown."""
+    return [*at.markdown, *at.caption, *at.info, *at.error, *at.warning, *at.success]
+
+
 def texts(at) -> str:
-    parts = [m.value for m in at.markdown] + [c.value for c in at.caption] + [i.value for i in at.info]
-    parts += [e.value for e in at.error] + [w.value for w in at.warning] + [s.value for s in at.success]
-    return "\n".join(str(p) for p in parts)
+    """What the Markdown elements show."""
+    return "\n".join(rendered(e.value) for e in markdown_elements(at))
 
 
 def banner(at) -> str:
@@ -177,6 +194,29 @@ def file_digest(path: Path) -> str:
 
 def pct0(ratio: float) -> str:
     return f"{100.0 * ratio:.0f}%"
+
+
+# The facts (support/real_feeds) name a summary_failure row by the kind-derived names the dashboard
+# used to show (summary_fallback, summary_aborted); the dashboard shows the contract's words: event
+# summary_failure, its kind (the row's outcome: fallback_summary, aborted), its cause as reason.
+KIND_OF = {name: kind for kind, name in real_feeds.SUMMARY_EVENTS.items()}
+SUMMARY_FAILURE = "summary_failure"
+
+
+def shown_mark(outcome: str) -> str:
+    """A sawtooth mark of the facts as the dashboard shows it."""
+    return KIND_OF.get(outcome, outcome)
+
+
+def shown_incident(row: dict) -> tuple:
+    """(session, engine, hook, event, kind, reason) of an incident of the facts, as the table shows it."""
+    kind = KIND_OF.get(row["event"])
+    event = SUMMARY_FAILURE if kind else row["event"]
+    return (row["session"], row["engine"], row["hook"], event, kind, row["reason"])
+
+
+def text_or_none(v):
+    return v if isinstance(v, str) else None
 
 
 def drawn_sessions(facts: StoreFacts, max_series: int = 4) -> list:
@@ -223,7 +263,7 @@ def test_store_appears_later(monkeypatch, tmp_path, fed):
 def test_source_cannot_write(filled_store):
     import sqlite3
 
-    from dashboard.sqlite_source import SQLiteSource
+    from observed_engine.dashboard.sqlite_source import SQLiteSource
 
     src = SQLiteSource(filled_store)
     with src.snapshot() as conn:
@@ -310,8 +350,8 @@ def test_sawtooth_data_of_one_session(monkeypatch, filled_store, facts):
 
 
 def test_summary_failure_in_the_session_view(monkeypatch, filled_store, facts):
-    """The session whose summary model failed: its compress() row and the summary_fallback row next to
-    it in the session's table, and a ring around the call's mark on the sawtooth."""
+    """The session whose summary model failed: its compress() row and the summary_failure row (kind
+    fallback_summary) next to it in the session's table, and a ring around the call's mark on the sawtooth."""
     session = facts.session_with("summary_fallback")
     at = app(monkeypatch, store=filled_store)
     run_ok(at)
@@ -319,10 +359,10 @@ def test_summary_failure_in_the_session_view(monkeypatch, filled_store, facts):
     run_ok(at)
     table = frame_with(at, "outcome")
     marks = facts.marks[session]
-    assert sorted(table["outcome"]) == sorted(m["outcome"] for m in marks)
-    assert "summary_fallback" in set(table["outcome"])
+    assert sorted(table["outcome"]) == sorted(shown_mark(m["outcome"]) for m in marks)
+    assert "fallback_summary" in set(table["outcome"])
     if STORE_FEED == "real":
-        assert sorted(table["outcome"]) == ["compressed", "summary_fallback"]
+        assert sorted(table["outcome"]) == ["compressed", "fallback_summary"]
     (spec,) = chart_specs(at)
     rings = [layer for layer in spec["layer"] if layer.get("data", {}).get("name") == "summary_failures"]
     assert len(rings) == 1 and rings[0]["mark"]["shape"] == "circle"
@@ -330,8 +370,8 @@ def test_summary_failure_in_the_session_view(monkeypatch, filled_store, facts):
 
 
 def test_sawtooth_rises_and_drops_in_the_source(filled_store, facts):
-    from dashboard.sources import make_filters
-    from dashboard.sqlite_source import SQLiteSource
+    from observed_engine.dashboard.sources import make_filters
+    from observed_engine.dashboard.sqlite_source import SQLiteSource
 
     session = next(s for s in facts.sessions if facts.compressed_in(s))
     src = SQLiteSource(filled_store)
@@ -384,8 +424,8 @@ def test_compressions_view(monkeypatch, filled_store, facts):
     assert len(chart_specs(at)) == 2
     # compress() calls that returned although the summary model failed, per engine and kind ...
     for engine in facts.compress:
-        assert table.loc[engine, "summary_fallback"] == facts.summary_total("fallback_summary", engine=engine), engine
-        assert table.loc[engine, "summary_aborted"] == facts.summary_total("aborted", engine=engine), engine
+        assert table.loc[engine, "fallback_summary"] == facts.summary_total("fallback_summary", engine=engine), engine
+        assert table.loc[engine, "aborted"] == facts.summary_total("aborted", engine=engine), engine
     # ... and per engine, kind and cause
     expected = {(e, k, c): n for e, by in facts.summary_failures.items() for (k, c), n in by.items()}
     detail = frame_with(at, "cause")
@@ -394,7 +434,7 @@ def test_compressions_view(monkeypatch, filled_store, facts):
         in texts(at)
     if STORE_FEED == "real":
         assert expected == {("compressor", "fallback_summary", "other"): 1, ("compressor", "aborted", "auth"): 1}
-        assert (table.loc["topic-router", "summary_fallback"], table.loc["topic-router", "summary_aborted"]) == (0, 0)
+        assert (table.loc["topic-router", "fallback_summary"], table.loc["topic-router", "aborted"]) == (0, 0)
 
 
 def test_selection_view(monkeypatch, filled_store, facts):
@@ -429,29 +469,37 @@ def test_alerts_and_incident_table(monkeypatch, filled_store, facts):
     m = metrics(at)
     for event in ("deadline_exceeded", "host_reported", "late_completion", "fail_open", "summary_fallback",
                   "summary_aborted"):
-        assert m[event] == fmt_int(facts.count(event)), event
+        assert m[shown_mark(event)] == fmt_int(facts.count(event)), event
     assert facts.count("summary_fallback") and facts.count("summary_aborted")
     inc = frame_with(at, "reason")
     assert len(inc) == min(500, len(facts.incidents))
     assert list(inc["time"]) == sorted(inc["time"], reverse=True)           # newest first
-    keys = ("session", "engine", "hook", "event", "reason")
-    shown = sorted(tuple(r[k] for k in keys) for r in inc.to_dict("records"))
-    assert shown == sorted(tuple(r[k] for k in keys) for r in facts.incidents)
+    keys = ("session", "engine", "hook", "event", "kind", "reason")
+
+    def order(t):
+        return tuple("" if x is None else str(x) for x in t)
+
+    shown = sorted((tuple(text_or_none(r[k]) for k in keys) for r in inc.to_dict("records")), key=order)
+    assert shown == sorted((shown_incident(r) for r in facts.incidents), key=order)
     # the fail-open, the deadline and the summary-failure rows, as the store has them
     for event in ("fail_open", "deadline_exceeded", "summary_fallback", "summary_aborted"):
         exp = next(r for r in facts.incidents if r["event"] == event)
-        row = inc[(inc["event"] == event) & (inc["session"] == exp["session"])].iloc[0]
-        assert {k: row[k] for k in keys} == {k: exp[k] for k in keys}
+        want = shown_incident(exp)
+        match = inc[(inc["event"] == want[3]) & (inc["session"] == exp["session"])]
+        if want[4] is not None:
+            match = match[match["kind"] == want[4]]
+        row = match.iloc[0]
+        assert tuple(text_or_none(row[k]) for k in keys) == want
     if STORE_FEED == "real":
         fo = inc[inc["event"] == "fail_open"]
         assert set(fo["engine"]) == {"topic-router"} and set(fo["hook"]) == {"select_context"}
         assert set(fo["reason"]) == {"invalid_return"}
         assert set(fo["session"]) <= set(facts.engine_sessions("topic-router"))
         assert set(inc.loc[inc["event"] == "deadline_exceeded", "engine"]) == {"compressor"}
-        sf = inc[inc["event"].isin(["summary_fallback", "summary_aborted"])]
-        assert sorted(zip(sf["engine"], sf["hook"], sf["event"], sf["reason"])) == [
-            ("compressor", "compress", "summary_aborted", "auth"),
-            ("compressor", "compress", "summary_fallback", "other")]
+        sf = inc[inc["event"] == SUMMARY_FAILURE]
+        assert sorted(zip(sf["engine"], sf["hook"], sf["kind"], sf["reason"])) == [
+            ("compressor", "compress", "aborted", "auth"),
+            ("compressor", "compress", "fallback_summary", "other")]
         # the store-derived HermesContextSummaryFailing: one per engine, kind and cause; auth is critical
         failing = alerts[alerts["alert"] == "HermesContextSummaryFailing"]
         assert sorted(zip(failing["engine"], failing["severity"])) == [("compressor", "critical"),
@@ -798,8 +846,8 @@ def _check_engine_views(at, exporter: EngineExporter, since: float) -> None:
     # the slow summary: past the 0.5 s deadline, its call is in the compressor's top bucket
     assert table.loc["compressor", "p99 s"] > 0.5
     for e in engines:
-        within(table.loc[e, "summary_fallback"], summary_failures, engine=e, kind="fallback_summary")
-        within(table.loc[e, "summary_aborted"], summary_failures, engine=e, kind="aborted")
+        within(table.loc[e, "fallback_summary"], summary_failures, engine=e, kind="fallback_summary")
+        within(table.loc[e, "aborted"], summary_failures, engine=e, kind="aborted")
     detail = frame_with(at, "cause")
     got_failed = {(r["engine"], r["kind"], r["cause"]): r["count"] for r in detail.to_dict("records")}
     assert set(got_failed) == set(failed)
@@ -829,21 +877,20 @@ def _check_engine_views(at, exporter: EngineExporter, since: float) -> None:
     assert "HermesContextCompressionTimeout" in set(alerts["alert"])
     assert "needs the SQLite store" in texts(at)
     counts = frame_with(at, "count")
-    got = {(r["engine"], r["event"]): r for r in counts.to_dict("records")}
-    assert set(got) == {("topic-router", "fail_open"), ("compressor", "deadline_exceeded"),
-                        ("compressor", "late_completion"), ("compressor", "summary_fallback"),
-                        ("compressor", "summary_aborted")}
-    fo = got[("topic-router", "fail_open")]
+    got = {(r["engine"], r["event"], text_or_none(r["kind"])): r for r in counts.to_dict("records")}
+    assert set(got) == {("topic-router", "fail_open", None), ("compressor", "deadline_exceeded", None),
+                        ("compressor", "late_completion", None), ("compressor", SUMMARY_FAILURE, "fallback_summary"),
+                        ("compressor", SUMMARY_FAILURE, "aborted")}
+    fo = got[("topic-router", "fail_open", None)]
     assert (fo["hook"], fo["reason"]) == ("select_context", "invalid_return")
     within(fo["count"], fail_open, engine="topic-router", hook="select_context", reason="invalid_return")
     for kind in ("deadline_exceeded", "late_completion"):
-        within(got[("compressor", kind)]["count"], timeouts, engine="compressor", kind=kind)
-    for event, kind, cause in (("summary_fallback", "fallback_summary", "other"),
-                               ("summary_aborted", "aborted", "auth")):
-        row = got[("compressor", event)]
+        within(got[("compressor", kind, None)]["count"], timeouts, engine="compressor", kind=kind)
+    for kind, cause in (("fallback_summary", "other"), ("aborted", "auth")):
+        row = got[("compressor", SUMMARY_FAILURE, kind)]
         assert (row["hook"], row["reason"]) == ("compress", cause)
         within(row["count"], summary_failures, engine="compressor", kind=kind, cause=cause)
-    assert metrics(at)["summary_fallback"] != "0" and metrics(at)["summary_aborted"] != "0"
+    assert metrics(at)["fallback_summary"] != "0" and metrics(at)["aborted"] != "0"
     # Prometheus' own rule, shown as it fires: per engine, kind and cause; auth is critical
     failing = alerts[alerts["alert"] == "HermesContextSummaryFailing"]
     assert sorted(zip(failing["engine"], failing["severity"])) == [("compressor", "critical"),
@@ -871,7 +918,7 @@ def _check_prometheus_client_views(at) -> None:
     show(at, "Compressions")
     row = frame_with(at, "p95 s").set_index("engine").loc["compressor"]
     assert row["compressed"] > 0 and row["noop"] > 0
-    assert row["summary_fallback"] > 0 and row["summary_aborted"] == 0
+    assert row["fallback_summary"] > 0 and row["aborted"] == 0
     assert set(frame_with(at, "cause")["kind"]) == {"fallback_summary"}
     assert 5.0 <= row["p50 s"] <= 10.0                    # every observation was 8 s: bucket (5, 10]
     assert row["after / before"] == pytest.approx(0.25, rel=0.05)
@@ -887,7 +934,8 @@ def _check_prometheus_client_views(at) -> None:
     assert fired["state"] == "firing" and fired["severity"] == "warning" and "select_context" in fired["detail"]
     assert "needs the SQLite store" in texts(at)
     counts = frame_with(at, "count")
-    assert {"fail_open", "deadline_exceeded", "summary_fallback"} <= set(counts["event"])
+    assert {"fail_open", "deadline_exceeded", SUMMARY_FAILURE} <= set(counts["event"])
+    assert set(counts.loc[counts["event"] == SUMMARY_FAILURE, "kind"]) == {"fallback_summary"}
 
     show(at, "Hook latency")
     lat = frame_with(at, "p95 ms").set_index(["engine", "hook"])

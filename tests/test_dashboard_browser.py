@@ -31,9 +31,11 @@ pytestmark = [
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support.real_feeds import copy_store  # noqa: E402
 from support.servers import ServerProcess  # noqa: E402
+import test_dashboard_apptest as apptest  # noqa: E402
 from test_dashboard_apptest import drawn_sessions, pct0  # noqa: E402
+
 # the swappable feeds, shared with the AppTest module (fixtures: one of each per module)
-from test_dashboard_apptest import fed, metrics_endpoint, prometheus  # noqa: E402,F401
+fed, metrics_endpoint, prometheus = apptest.fed, apptest.metrics_endpoint, apptest.prometheus
 
 from observed_engine.contract.store_schema import make_row  # noqa: E402
 from observed_engine.store import StoreWriter  # noqa: E402
@@ -54,7 +56,7 @@ class StreamlitServer(ServerProcess):
     def start(self, env: dict) -> "StreamlitServer":
         self._spawn([sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.headless", "true",
                      "--server.address", "127.0.0.1", "--server.port", str(self.port),
-                     "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"], env=env, cwd=ROOT)
+                     "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"], env=env, cwd=ROOT)
         self.wait_ready(timeout=60)
         return self
 

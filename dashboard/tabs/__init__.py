@@ -1,0 +1,7 @@
+"""One module per tab, each with ``TITLE`` and ``render(ctx)``; ``TABS`` in page order."""
+
+from __future__ import annotations
+
+from . import alerts, compare, compressions, latency, selection, usage
+
+TABS = {m.TITLE: m.render for m in (usage, compressions, selection, alerts, latency, compare)}
