@@ -11,7 +11,6 @@ import socket
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -25,7 +24,6 @@ from observed_engine.tokens import TokenCounter
 from observed_engine.capture import observed_meta
 
 from support.engines import ScriptedEngine, SelectingEngine, transcript
-from support.otel import make_providers
 from support.servers import wait_until
 from support.store_rows import count_rows, read_rows
 
