@@ -50,6 +50,95 @@ def _snapshot(path):
     return sorted(os.listdir(d)), hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+# -- a file that is not ours ----------------------------------------------------------------------------
+
+
+def _foreign(path, kind):
+    if kind == "not_sqlite":
+        path.write_text("[settings]\nname = a config file someone pointed store.path at\n" * 20)
+        return
+    conn = sqlite3.connect(str(path))
+    if kind == "other_tables":
+        conn.execute("CREATE TABLE users (id INTEGER PRIMARY KEY, name TEXT)")
+        conn.execute("INSERT INTO users (name) VALUES ('alice')")
+    elif kind == "meta_without_our_key":
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        conn.execute("INSERT INTO meta VALUES ('app_version', '3.1')")
+    elif kind == "our_key_other_tables_no_events":
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        conn.execute("INSERT INTO meta VALUES ('schema_version', '7')")
+        conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL)")
+    elif kind == "events_not_ours":
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        conn.execute("INSERT INTO meta VALUES ('schema_version', '2')")
+        conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, title TEXT, starts_at TEXT)")
+    elif kind == "events_but_no_schema_key":
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY, ts REAL NOT NULL, event TEXT NOT NULL)")
+    elif kind == "meta_without_key_column":
+        conn.execute("CREATE TABLE meta (name TEXT, data BLOB)")
+    conn.commit()
+    conn.close()
+
+
+@pytest.mark.parametrize("kind", ["other_tables", "meta_without_our_key", "our_key_other_tables_no_events",
+                                  "events_not_ours", "events_but_no_schema_key", "meta_without_key_column",
+                                  "not_sqlite"])
+def test_a_file_that_is_not_our_store_is_refused_and_left_untouched(tmp_path, caplog, kind):
+    caplog.set_level(logging.INFO, logger="observed_engine")
+    path = tmp_path / "someone_elses.db"
+    _foreign(path, kind)
+    before = _snapshot(path)
+    counts = Counts()
+    writer = StoreWriter(path, flush_interval=0.02, on_error=counts.on_error, on_drop=counts.on_drop)
+    try:
+        writer.submit(_rows(5))
+        writer.flush(1)
+        time.sleep(0.2)                               # more writer cycles: no retry, no second log
+        writer.submit(_rows(3))
+        writer.flush(1)
+        assert writer.rows_written == 0
+        assert writer.rows_dropped == 8 and sum(counts.drops) == 8
+        assert not writer._queue and not writer._pending        # nothing piles up in memory
+    finally:
+        writer.close()
+    assert _snapshot(path) == before, "the writer changed a file that is not its store"
+    assert counts.errors == ["store"]
+    logs = _store_logs(caplog)
+    assert len(logs) == 1, [r.getMessage() for r in logs]
+    assert "not an observed-engine store" in logs[0].getMessage() or "not an SQLite" in logs[0].getMessage()
+    if kind != "not_sqlite":
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "delete"
+        conn.close()
+
+
+def test_connect_refuses_a_foreign_file_without_touching_it(tmp_path):
+    from observed_engine.store import ForeignStoreError
+
+    path = tmp_path / "app.db"
+    _foreign(path, "other_tables")
+    before = _snapshot(path)
+    with pytest.raises(ForeignStoreError):
+        connect(path)
+    assert _snapshot(path) == before
+
+
+def test_an_empty_file_and_an_empty_database_become_stores(tmp_path):
+    empty = tmp_path / "empty.sqlite"
+    empty.touch()
+    fresh_db = tmp_path / "fresh.sqlite"
+    sqlite3.connect(str(fresh_db)).execute("PRAGMA user_version = 0").connection.close()
+    for path in (empty, fresh_db):
+        writer = StoreWriter(path, flush_interval=0.02)
+        try:
+            writer.submit(_rows(2))
+            assert writer.flush(5), path
+        finally:
+            writer.close()
+        assert count_rows(path) == 2
+
+
 # -- migration of older stores ---------------------------------------------------------------------------------
 
 

@@ -133,6 +133,14 @@ def schema_markdown() -> str:
         "missing indexes, and sets `schema_version` to its own version when the store's is older (never "
         "lowers it: a writer of an older version writes a newer store with the columns it knows), all in one "
         "transaction, logged once. Readers must accept columns they do not know and NULL in newer ones.", "",
+        "## A file that is not a store", "",
+        "A writer refuses a file at the store path that is not an observed-engine store: not SQLite at all, or "
+        "a database with tables but no `meta` table holding an integer `schema_version`, or with other tables "
+        "and no `events`, or whose `events` lacks `ts`/`event` (a mistyped `observed.store.path`). It writes "
+        "nothing to it, never switches its journal mode (the check runs before), logs one line, counts one "
+        "error (`hermes_context_engine_telemetry_errors_total{component=\"store\"}`) and drops every store "
+        "row from then on (counted in `hermes_context_engine_telemetry_dropped_total{signal=\"store_row\"}`) "
+        "until the process restarts. An empty file or an empty database becomes a store.", "",
         "## Failures", "",
         "A batch that fails because of its data (not the file) is never retried as it is. Text is made storable "
         "once: each lone surrogate (a header decoded with `surrogateescape`) becomes U+FFFD, an integer beyond "

@@ -1,5 +1,5 @@
 """The embedded telemetry store: one SQLite file, no server."""
 
-from .writer import StoreWriter, connect, readonly_uri
+from .writer import ForeignStoreError, StoreWriter, connect, readonly_uri
 
-__all__ = ["StoreWriter", "connect", "readonly_uri"]
+__all__ = ["ForeignStoreError", "StoreWriter", "connect", "readonly_uri"]

@@ -13,6 +13,7 @@ import logging
 import os
 import socket
 import sqlite3
+import stat
 import threading
 import time
 from collections import deque
@@ -71,22 +72,88 @@ def readonly_uri(path: os.PathLike | str) -> str:
     return "file:" + quote(os.fsencode(os.path.abspath(os.fspath(path)))) + "?mode=ro"
 
 
+class ForeignStoreError(Exception):
+    """The file at the store path is not an observed-engine store: another program's SQLite
+    database, or not SQLite at all. ``connect`` leaves it exactly as it was."""
+
+
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _check_file(path: Path) -> None:
+    """Refuse what is at ``path`` unless it is nothing, an empty file, or an SQLite file."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(st.st_mode):
+        raise ForeignStoreError(f"{path} is not a regular file")
+    if st.st_size == 0:
+        return
+    with open(path, "rb") as f:
+        head = f.read(len(SQLITE_HEADER))
+    if head != SQLITE_HEADER:
+        raise ForeignStoreError(f"{path} is not an SQLite database (it starts with {head[:12]!r})")
+
+
+def _check_ours(conn: sqlite3.Connection, path: Path) -> None:
+    """Inside the opening transaction, before anything is written: raise ForeignStoreError
+    unless the database is empty or ours (a ``meta`` table with an integer ``schema_version``,
+    and an ``events`` table with our ``ts`` and ``event`` columns, or no other table at all)."""
+    objects = [name for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")]
+    if not objects:
+        return                                  # an empty database: ours to create
+    tables = {name for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")}
+    shown = ", ".join(sorted(tables)[:5]) or ", ".join(sorted(objects)[:5])
+    if "meta" not in tables:
+        raise ForeignStoreError(f"{path} is not an observed-engine store: it has tables ({shown}) and no meta table")
+    try:
+        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        int(row[0])                             # no row (TypeError) or not a number (ValueError)
+    except (sqlite3.OperationalError, TypeError, ValueError):
+        row = None
+    if row is None:
+        raise ForeignStoreError(f"{path} is not an observed-engine store: its meta table ({shown}) holds no "
+                                f"schema_version of ours")
+    if "events" in tables:
+        columns = {r[1] for r in conn.execute("PRAGMA table_info(events)")}
+        if not {"ts", "event"} <= columns:
+            raise ForeignStoreError(f"{path} is not an observed-engine store: its events table is another's "
+                                    f"(columns {', '.join(sorted(columns)[:8])})")
+    elif tables - {"meta"}:
+        raise ForeignStoreError(f"{path} is not an observed-engine store: it has other tables ({shown}) "
+                                f"and no events table")
+
+
 def connect(path: os.PathLike | str, *, readonly: bool = False, timeout: float = 5.0) -> sqlite3.Connection:
-    """Open the store. Writers create the schema; readers open read-only (URI mode=ro)."""
+    """Open the store. Writers create the schema (or migrate an older store); readers open
+    read-only (URI mode=ro).
+
+    A writer raises ForeignStoreError, and changes nothing, when the file is not ours: not SQLite,
+    or another program's database (a mistyped store.path). Only then, and after the schema is
+    in place, is the journal mode switched to WAL."""
     path = Path(path)
     if readonly:
         return sqlite3.connect(readonly_uri(path), uri=True, timeout=timeout, check_same_thread=False)
     path.parent.mkdir(parents=True, exist_ok=True)
     _set_aside_stale_files(path)
+    _check_file(path)
     conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None, check_same_thread=False)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("BEGIN IMMEDIATE")
     try:
-        version, added = _create_or_migrate(conn)
-        conn.execute("COMMIT")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            _check_ours(conn, path)
+            version, added = _create_or_migrate(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
     except BaseException:
-        conn.execute("ROLLBACK")
+        _close(conn)
         raise
     if added or (version is not None and version < SCHEMA_VERSION):
         logger.info("observed-engine store %s: schema version %s -> %s; added the columns its events table "
@@ -236,6 +303,7 @@ class StoreWriter:
         self._stop = False
         self._conn: Optional[sqlite3.Connection] = None
         self._file_ids: tuple = (None, None, None)    # (st_dev, st_ino) of the open file, its -wal, its -shm
+        self.refused: Optional[ForeignStoreError] = None  # the path is not our store: nothing is written
         self._last_retention = 0.0
         self._logged_errors: set = set()
         self.rows_written = 0
@@ -297,6 +365,11 @@ class StoreWriter:
 
     def submit(self, rows: Iterable[tuple]) -> None:
         try:
+            if self.refused is not None:            # nothing will ever be written: count, keep nothing
+                rows = rows if isinstance(rows, (list, tuple)) else list(rows)
+                if rows:
+                    self._count_dropped(len(rows))
+                return
             q = self._queue
             dropped = 0
             for row in rows:
@@ -429,6 +502,10 @@ class StoreWriter:
         self._pending = []
         while q:
             batch.append(q.popleft())
+        if self.refused is not None:
+            if batch:
+                self._count_dropped(len(batch))
+            return
         if not batch:
             self._maybe_retention()
             return
@@ -451,6 +528,9 @@ class StoreWriter:
             if skipped:
                 self._log_once("row", skipped[1])
                 self._count_dropped(skipped[0])
+        except ForeignStoreError as exc:
+            self._refuse(exc, len(batch))
+            return
         except Exception as exc:
             keep = batch[: self.max_queue]
             lost = len(batch) - len(keep)
@@ -465,6 +545,20 @@ class StoreWriter:
             time.sleep(min(1.0, self.flush_interval * 2))
             return
         self._maybe_retention()
+
+    def _refuse(self, exc: ForeignStoreError, n_rows: int) -> None:
+        """The path is not our store: write nothing to it for the life of this writer (the
+        setting is fixed by a restart); rows are dropped and counted, nothing piles up."""
+        self.refused = exc
+        try:
+            logger.error("observed-engine store refused: %s. Nothing is written to it (its tables and journal "
+                         "mode are left as they are); store rows are dropped and counted in "
+                         "hermes_context_engine_telemetry_dropped_total{signal=\"store_row\"}. Point "
+                         "observed.store.path at a new file (or an observed-engine store) and restart.", exc)
+        except Exception:
+            pass
+        self._notify_error(exc)
+        self._count_dropped(n_rows)
 
     @staticmethod
     def _insert(conn: sqlite3.Connection, batch: list):
