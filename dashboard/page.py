@@ -49,13 +49,12 @@ def _choose_source(opts: options.Options):
     configured = {options.SQLITE: opts.store_path(),
                   options.PROMETHEUS: opts.prometheus_url() or options.DEFAULT_PROMETHEUS_URL}
     default_kind = opts.default_kind()
-    if opts.pinned:
+    if opts.pinned:          # shown, not a widget: there is no state a client could send to change it
         kind, target = default_kind, configured[default_kind]
-        st.radio("Source", [kind], format_func=KIND_NAMES.get, horizontal=True, disabled=True,
-                 key="source_kind_pinned")
-        st.text_input(TARGET_LABELS[kind], value=target, disabled=True, key="source_pinned",
-                      help="Pinned by the command line (--store / --prometheus); start the dashboard with "
-                           "--allow-source-change to change it here.")
+        st.markdown(f"**{KIND_NAMES[kind]}** (pinned)")
+        st.code(target, language=None, wrap_lines=True)
+        st.caption("Set on the command line (`--store` / `--prometheus`). Start the dashboard with "
+                   "`--allow-source-change` to change it here.")
         return kind, target, False
     kind = st.radio("Source", list(options.KINDS), index=options.KINDS.index(default_kind),
                     format_func=KIND_NAMES.get, horizontal=True, key="source_kind")

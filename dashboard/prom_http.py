@@ -55,7 +55,8 @@ class _Redirects(urllib.request.HTTPRedirectHandler):
 def _opener() -> urllib.request.OpenerDirector:
     opener = urllib.request.OpenerDirector()
     for handler in (urllib.request.ProxyHandler(), urllib.request.UnknownHandler(), urllib.request.HTTPHandler(),
-                    urllib.request.HTTPSHandler(), _Redirects(), urllib.request.HTTPErrorProcessor()):
+                    urllib.request.HTTPSHandler(), urllib.request.HTTPDefaultErrorHandler(), _Redirects(),
+                    urllib.request.HTTPErrorProcessor()):
         opener.add_handler(handler)
     return opener
 
@@ -68,7 +69,6 @@ class PrometheusHTTP:
     def __init__(self, url: str, timeout: float = 5.0) -> None:
         self.url = (url or "").strip().rstrip("/")
         self.timeout = timeout
-        self.requests = 0
         self._problem = check_url(self.url) if self.url else "no Prometheus URL configured (OBSERVED_PROMETHEUS_URL)"
         self._opener = _opener()
         self._down_until = 0.0
@@ -80,7 +80,6 @@ class PrometheusHTTP:
         if time.monotonic() < self._down_until:       # a dead server must not stall every refresh
             raise SourceError(self._down_error)
         q = ("?" + urllib.parse.urlencode(params)) if params else ""
-        self.requests += 1
         try:
             with self._opener.open(self.url + path + q, timeout=self.timeout) as resp:
                 raw = resp.read(MAX_BODY_BYTES + 1)

@@ -105,7 +105,6 @@ class Status:
     state: str                     # "missing" | "empty" | "ok" | "error"
     message: str = ""
     first_ts: Optional[float] = None
-    last_ts: Optional[float] = None
     events: Optional[int] = None   # rows in the store (approximate for big stores)
     skipped: int = 0               # rows whose time is not a number (never in any range)
 

@@ -39,6 +39,7 @@ import json
 import os
 import re
 import shutil
+import sys
 import threading
 import time
 from pathlib import Path
@@ -54,7 +55,7 @@ from support.servers import PrometheusServer, free_port
 from observed_engine.dashboard.format import fmt_int, fmt_pct, fmt_seconds, fmt_tokens
 from observed_engine.dashboard.sample_data import scenario_rows
 from observed_engine.contract import catalogue
-from observed_engine.contract.store_schema import make_row
+from observed_engine.contract.store_schema import INSERT_SQL, make_row
 from observed_engine.store import StoreWriter, connect
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,17 +112,65 @@ def own_store(fed, tmp_path) -> Path:
 
 # --- AppTest helpers ------------------------------------------------------------
 
-def app(monkeypatch, *, store=None, prometheus=None, refresh="5"):
+def app(monkeypatch, *, store=None, prometheus=None, refresh="5", argv=()):
+    """The app under AppTest, its source from the environment; ``argv``: the flags after ``--``."""
     from streamlit.testing.v1 import AppTest
 
-    for var in ("OBSERVED_STORE", "OBSERVED_PROMETHEUS_URL", "OBSERVED_SOURCE"):
+    for var in ("OBSERVED_STORE", "OBSERVED_PROMETHEUS_URL", "OBSERVED_SOURCE", "OBSERVED_ALLOW_SOURCE_CHANGE"):
         monkeypatch.delenv(var, raising=False)
     if store is not None:
         monkeypatch.setenv("OBSERVED_STORE", str(store))
     if prometheus is not None:
         monkeypatch.setenv("OBSERVED_PROMETHEUS_URL", prometheus)
     monkeypatch.setenv("OBSERVED_REFRESH_SECONDS", refresh)
+    monkeypatch.setattr(sys, "argv", ["app.py", *map(str, argv)])
     return AppTest.from_file(APP, default_timeout=TIMEOUT)
+
+
+def write_store(path: Path, rows) -> Path:
+    """A store holding exactly ``rows`` (tuples in COLUMNS order), written with plain SQL."""
+    conn = connect(path)
+    try:
+        conn.execute("BEGIN")
+        conn.executemany(INSERT_SQL, list(rows))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    return path
+
+
+class FakePrometheus:
+    """An HTTP server on 127.0.0.1 answering every GET with ``answer(path) -> (status, headers, body)``;
+    ``paths`` are the paths asked for."""
+
+    def __init__(self, answer: Callable[[str], tuple]) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        fake = self
+        self.paths: list = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                fake.paths.append(self.path)
+                status, headers, body = answer(self.path)
+                body = body if isinstance(body, bytes) else str(body).encode()
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
 
 
 def run_ok(at):
