@@ -217,3 +217,65 @@ def test_a_store_of_a_newer_version_is_written_and_keeps_its_version(tmp_path):
     conn = sqlite3.connect(str(path))
     assert conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()[0] == str(SCHEMA_VERSION + 5)
     conn.close()
+
+
+# -- retention in chunks -----------------------------------------------------------------------------------------
+
+
+def _fill_expired(path, n, age_days):
+    """``n`` expired rows, written with one INSERT ... SELECT (the indexes are created afterwards)."""
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("BEGIN")
+    for stmt in SCHEMA_SQL[:2]:
+        conn.execute(stmt)
+    conn.execute("INSERT INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+    conn.execute(
+        "INSERT INTO events (ts, host, session, engine, hook, event, outcome, duration_s, cache_lost_tokens) "
+        "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ?) "
+        "SELECT ? + i * 1e-3, 'h', 's' || (i % 100), 'e', 'should_compress', 'call', 'ok', 0.001, 0 FROM n",
+        (n - 1, time.time() - age_days * 86400))
+    for stmt in SCHEMA_SQL[2:]:
+        conn.execute(stmt)
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def test_retention_deletes_in_chunks_so_another_writer_gets_in(tmp_path, capsys):
+    path = tmp_path / "big.sqlite"
+    n_expired = 300_000
+    _fill_expired(path, n_expired, age_days=30)
+    other = sqlite3.connect(str(path), isolation_level=None, timeout=30)
+    writer = StoreWriter(path, retention_days=14, flush_interval=0.05)
+    waits, versions = [], set()
+    try:
+        writer.submit(_rows(1, engine="ours"))    # the first batch opens the store; retention starts
+        deadline = time.monotonic() + 60
+        remaining = n_expired
+        i = 0
+        while remaining and time.monotonic() < deadline:
+            t0 = time.perf_counter()
+            other.execute("BEGIN IMMEDIATE")
+            waits.append(time.perf_counter() - t0)
+            other.execute("INSERT INTO events (ts, engine, event) VALUES (?, 'other', 'call')", (time.time(),))
+            other.execute("COMMIT")
+            versions.add(other.execute("PRAGMA data_version").fetchone()[0])
+            remaining = other.execute("SELECT COUNT(*) FROM events WHERE ts < ?",
+                                      (time.time() - 14 * 86400,)).fetchone()[0]
+            i += 1
+            time.sleep(0.002)
+        assert remaining == 0, "retention did not finish"
+        assert writer.flush(10)
+    finally:
+        writer.close()
+        other.close()
+    assert count_rows(path, "engine = 'ours'") == 1
+    assert count_rows(path, "engine = 'other'") == i
+    assert count_rows(path) == i + 1
+    # the writer committed many short deletes (each seen as a change by the other connection)...
+    assert len(versions) >= 10, (len(versions), i)
+    # ...so the other writer never waited for the whole delete
+    assert max(waits) < 0.5, sorted(waits)[-5:]
+    with capsys.disabled():
+        print(f"\n[store] retention of {n_expired} rows: {len(versions)} commits seen by another writer, "
+              f"which made {i} inserts meanwhile, longest wait for the lock {max(waits) * 1000:.0f} ms")

@@ -3,7 +3,9 @@
 Several Hermes processes may write the same file: each batch is one short
 transaction and SQLite's busy timeout serialises writers. The dashboard reads the
 same file read-only. The schema is part of the contract
-(``observed_engine.contract.store_schema``).
+(``observed_engine.contract.store_schema``; docs/store-schema.md says what the writer
+does with bad rows, a deleted or replaced file, older stores and files that are not
+stores).
 """
 
 
@@ -253,6 +255,12 @@ def _is_data_error(exc: BaseException) -> bool:
     return isinstance(exc, (ValueError, TypeError, OverflowError))      # UnicodeEncodeError is a ValueError
 
 
+RETENTION_PERIOD = 600.0     # seconds between two retention passes
+RETENTION_CHUNK = 5000       # rows deleted per transaction
+RETENTION_PAUSE = 0.02       # seconds between two chunks of one pass
+RETENTION_SQL = "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE ts < ? LIMIT ?)"
+
+
 def _close(conn: sqlite3.Connection) -> None:
     try:
         conn.close()
@@ -305,6 +313,7 @@ class StoreWriter:
         self._file_ids: tuple = (None, None, None)    # (st_dev, st_ino) of the open file, its -wal, its -shm
         self.refused: Optional[ForeignStoreError] = None  # the path is not our store: nothing is written
         self._last_retention = 0.0
+        self._retention_cutoff: Optional[float] = None   # a retention pass under way (more chunks to delete)
         self._logged_errors: set = set()
         self.rows_written = 0
         self.rows_dropped = 0
@@ -481,7 +490,7 @@ class StoreWriter:
     def _run(self) -> None:
         while not self._stop:
             try:
-                self._wake.wait(self.flush_interval)
+                self._wake.wait(self.flush_interval if self._retention_cutoff is None else RETENTION_PAUSE)
                 self._wake.clear()
                 with self._idle:
                     self._busy = True
@@ -610,16 +619,25 @@ class StoreWriter:
         return written, repaired, skipped
 
     def _maybe_retention(self) -> None:
+        """At most every RETENTION_PERIOD seconds, delete the rows older than ``retention_days``:
+        one chunk of RETENTION_CHUNK rows per writer cycle, each its own short transaction, the
+        cycles RETENTION_PAUSE apart while there is more, so that no delete of a large backlog
+        holds the write lock for long: other writers (and this one's own batches) get in between."""
         if not self.retention_days or self._conn is None:
             return
-        now = time.time()
-        if now - self._last_retention < 600:
-            return
-        self._last_retention = now
+        if self._retention_cutoff is None:
+            now = time.time()
+            if now - self._last_retention < RETENTION_PERIOD:
+                return
+            self._last_retention = now
+            self._retention_cutoff = now - self.retention_days * 86400.0
         try:
-            cutoff = now - self.retention_days * 86400.0
-            self._conn.execute("DELETE FROM events WHERE ts < ?", (cutoff,))
+            deleted = self._conn.execute(RETENTION_SQL, (self._retention_cutoff, RETENTION_CHUNK)).rowcount
         except Exception as exc:
+            self._retention_cutoff = None       # again in RETENTION_PERIOD
             self._error("retention", exc)
+            return
+        if deleted < RETENTION_CHUNK:
+            self._retention_cutoff = None
 
 
