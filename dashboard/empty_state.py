@@ -14,18 +14,18 @@ from .sources import Source, Status
 def render_empty_state(src: Source, status: Status, refresh: float, *, typed: bool = False) -> None:
     """``typed``: the source is one the viewer typed into the sidebar, not the configured one;
     its failure says only that it cannot be opened (no hint whether the file exists)."""
-    hermes_home = literal(os.environ.get("HERMES_HOME", "~/.hermes"))
+    config = literal(os.environ.get("HERMES_HOME", "~/.hermes") + "/config.yaml")
     label = literal(src.label)
     if src.kind == PROMETHEUS:
         if status.state == "error":
-            st.error(f"Cannot reach Prometheus at **{label}**: {literal(status.message)}")
+            st.error(f"Cannot reach Prometheus at {label}: {literal(status.message)}")
         st.markdown(
             f"""
 ### No observed-engine metrics in Prometheus yet
 
-Prometheus at **{label}** has no `hermes_context_*` series. To feed it:
+Prometheus at {label} has no `hermes_context_*` series. To feed it:
 
-1. Turn the engine on in **{hermes_home}/config.yaml** (`$HERMES_HOME/config.yaml`):
+1. Turn the engine on in {config} (`$HERMES_HOME/config.yaml`):
    ```yaml
    context:
      engine: observed
@@ -53,10 +53,10 @@ This page checks again every {refresh:g} s. Per-session views need the SQLite st
         f"""
 ### {title}
 
-The dashboard reads **{label}**, which {where}. The observed engine creates it the first time
+The dashboard reads {label}, which {where}. The observed engine creates it the first time
 Hermes calls its context engine. To start recording:
 
-1. **Enable the engine** in **{hermes_home}/config.yaml** (`$HERMES_HOME/config.yaml`):
+1. **Enable the engine** in {config} (`$HERMES_HOME/config.yaml`):
    ```yaml
    context:
      engine: observed

@@ -5,28 +5,35 @@ session id, a hook, a reason, an alert name, a path, a URL, an error message) go
 anything Streamlit renders as Markdown (``st.markdown``, ``caption``, ``info``, ``warning``,
 ``error``, ``success``, a metric's ``help``). Tables, chart titles and widget options show
 text as it is and need nothing.
+
+Why a code span, and not backslash escapes: escapes stop emphasis, links, images and HTML, but
+not GitHub's autolink literals (Streamlit's renderer links ``http://...``, ``www.`` and e-mail
+addresses found in the text after escapes are resolved). Inside a code span nothing is
+interpreted: no emphasis, link, image, HTML, autolink, emoji shortcode, math or
+``:color[...]`` directive.
 """
 
 from __future__ import annotations
 
 import re
-import string
 from datetime import datetime
 from typing import Sequence
 
 import pandas as pd
 
-# Every ASCII punctuation character may be backslash-escaped in CommonMark, and an escaped one
-# is always literal: emphasis, code spans, links, images, autolinks, raw HTML, entities,
-# tables, Streamlit's :color[...] directives, :emoji: shortcodes and $math$ all need one.
-_ESCAPE = {c: "\\" + c for c in string.punctuation}
-_ESCAPE_TABLE = str.maketrans(_ESCAPE)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]+")      # line breaks would start new blocks
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")      # a blank line would end the code span
+_TICKS = re.compile(r"`+")
 
 
 def literal(value) -> str:
-    """``value`` as Markdown source that renders as exactly its text (line breaks as spaces)."""
-    return _CONTROL.sub(" ", str(value)).translate(_ESCAPE_TABLE)
+    """``value`` as a Markdown code span that renders as exactly its text (line breaks as spaces).
+
+    The fence is one backtick longer than the longest run of backticks in the value, so no
+    backtick of the value can end the span (CommonMark); the value is padded with a space on each
+    side, which CommonMark strips again (a value may begin or end with a backtick)."""
+    text = _CONTROL.sub(" ", str(value))
+    fence = "`" * (max((len(m) for m in _TICKS.findall(text)), default=0) + 1)
+    return f"{fence} {text} {fence}"
 
 
 def to_dt(ts) -> pd.Series:

@@ -158,7 +158,7 @@ def main_panel(cfg: dict) -> None:
         return
     span, end = _span(cfg["range_label"], cfg["custom"], status, now)
     f = make_filters(span, now, engines=cfg["engines"], session=cfg["session"], quantum=cfg["refresh"], end=end)
-    source_txt = f"{KIND_NAMES.get(src.kind, src.kind)} **{literal(src.label)}**"
+    source_txt = f"{KIND_NAMES.get(src.kind, src.kind)} {literal(src.label)}"
     if status.events is not None:
         source_txt += f" · {status.events:,} events"
     if status.skipped:

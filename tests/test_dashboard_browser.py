@@ -13,6 +13,7 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import Sequence
 
 import pytest
 
@@ -32,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support.real_feeds import copy_store  # noqa: E402
 from support.servers import ServerProcess  # noqa: E402
 import test_dashboard_apptest as apptest  # noqa: E402
-from test_dashboard_apptest import drawn_sessions, pct0  # noqa: E402
+from test_dashboard_apptest import drawn_sessions, pct0, write_store  # noqa: E402
+from test_dashboard_markdown import PAYLOAD, payload_rows  # noqa: E402
 
 # the swappable feeds, shared with the AppTest module (fixtures: one of each per module)
 fed, metrics_endpoint, prometheus = apptest.fed, apptest.metrics_endpoint, apptest.prometheus
@@ -53,22 +55,24 @@ class StreamlitServer(ServerProcess):
     name = "streamlit"
     ready_path = "/_stcore/health"
 
-    def start(self, env: dict) -> "StreamlitServer":
+    # what ``observed-engine dashboard`` passes (observed_engine.demo.dashboard_command)
+    LAUNCHER_FLAGS = ("--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer")
+
+    def start(self, env: dict, flags: Sequence[str] = LAUNCHER_FLAGS) -> "StreamlitServer":
         self._spawn([sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.headless", "true",
-                     "--server.address", "127.0.0.1", "--server.port", str(self.port),
-                     "--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer"], env=env, cwd=ROOT)
+                     "--server.address", "127.0.0.1", "--server.port", str(self.port), *flags], env=env, cwd=ROOT)
         self.wait_ready(timeout=60)
         return self
 
 
-def start_streamlit(tmp_path, request, **env_vars) -> str:
+def start_streamlit(tmp_path, request, flags: Sequence[str] = StreamlitServer.LAUNCHER_FLAGS, **env_vars) -> str:
     env = dict(os.environ, OBSERVED_REFRESH_SECONDS="2")
     for var in ("OBSERVED_STORE", "OBSERVED_PROMETHEUS_URL", "OBSERVED_SOURCE"):
         env.pop(var, None)
     env.update(env_vars)
     streamlit = StreamlitServer(tmp_path)
     request.addfinalizer(streamlit.stop)  # kills the recorded PID, even if startup fails
-    return streamlit.start(env).url + "/"
+    return streamlit.start(env, flags).url + "/"
 
 
 @pytest.fixture
@@ -197,4 +201,77 @@ def test_prometheus_source_in_chromium(prometheus, metrics_endpoint, page, tmp_p
     _wait_tables(page)
     time.sleep(0.8)
     page.screenshot(path=str(ARTIFACTS / "dashboard-prometheus-compressions.png"), full_page=True)
+    assert not page.js_errors, page.js_errors
+
+
+MARKDOWN_ELEMENTS = '[data-testid="stMarkdownContainer"], [data-testid="stCaptionContainer"]'
+
+
+def test_identifiers_render_as_text_in_chromium(page, tmp_path, request):
+    """An engine and a session named like Markdown with an image, a link and HTML: Streamlit's own
+    renderer shows the text; the page holds no image or link from it and fetches nothing."""
+    from observed_engine.dashboard.sample_data import scenario_rows
+
+    now = time.time()
+    store = write_store(tmp_path / "observed" / "telemetry.sqlite", scenario_rows(now) + payload_rows(now))
+    asked = []
+    page.on("request", lambda r: asked.append(r.url))
+    page.goto(start_streamlit(tmp_path, request, OBSERVED_STORE=str(store)))
+    page.get_by_text("Context engine observatory").wait_for(timeout=60_000)
+    # the session named PAYLOAD, picked in the sidebar: its id in the usage caption, its hook above
+    # the captured text
+    page.get_by_role("combobox", name="Session").click()
+    page.get_by_role("option", name=PAYLOAD, exact=True).click()
+    page.locator('[data-testid="stCaptionContainer"]', has_text="prompt tokens after every response against the "
+                 "compression threshold and the model").wait_for(timeout=30_000)
+    page.get_by_text("Captured message text").click()             # open the expander: the hook's line
+    page.get_by_text("text of ").first.wait_for(timeout=30_000)
+    shown = []
+    for tab, expect in ((None, "Compressions of this session"), ("Compare engines", "Side by side"),
+                        ("Alerts & incidents", "Timeouts and fail-opens")):
+        if tab:
+            page.get_by_role("tab", name=tab).click()
+        page.get_by_text(expect).first.wait_for(timeout=30_000)
+        time.sleep(0.5)
+        texts = page.locator(MARKDOWN_ELEMENTS).all_inner_texts()
+        shown += [t for t in texts if PAYLOAD in t]
+        assert page.locator("img[src='x'], img[src*='beacon']").count() == 0, tab
+        assert page.locator("a[href*='127.0.0.1:9/']").count() == 0, tab
+        assert page.locator("strong", has_text="bold").count() == 0, tab
+    assert len(shown) >= 3, shown          # the session caption, the hook, the compare header
+    assert not [u for u in asked if "127.0.0.1:9/" in u], asked
+    assert not page.js_errors, page.js_errors
+
+
+def test_no_deploy_button_and_no_usage_statistics_without_flags(page, tmp_path, request, store):
+    """``streamlit run dashboard/app.py`` with none of the launcher's flags: the dashboard's own
+    configuration (.streamlit/config.toml next to app.py) turns the developer toolbar (Deploy) and
+    usage statistics off; the page asks nothing from anywhere but the dashboard."""
+    from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
+    from streamlit.proto.NewSession_pb2 import Config
+
+    configs = []
+
+    def on_ws(ws):
+        def frame(payload):
+            if isinstance(payload, (bytes, bytearray)):
+                msg = ForwardMsg.FromString(bytes(payload))
+                if msg.WhichOneof("type") == "new_session":
+                    configs.append(msg.new_session.config)
+        ws.on("framereceived", frame)
+
+    asked = []
+    page.on("websocket", on_ws)
+    page.on("request", lambda r: asked.append(r.url))
+    url = start_streamlit(tmp_path, request, flags=(), OBSERVED_STORE=str(store))
+    page.goto(url)
+    page.get_by_text("Context engine observatory").wait_for(timeout=60_000)
+    page.get_by_text("Active sessions").first.wait_for(timeout=30_000)
+    time.sleep(1.0)
+    assert configs, "no NewSession message seen"
+    assert all(c.toolbar_mode == Config.ToolbarMode.VIEWER for c in configs)
+    assert not any(c.gather_usage_stats for c in configs)
+    assert page.locator('[data-testid="stAppDeployButton"]').count() == 0
+    assert page.get_by_role("button", name="Deploy").count() == 0
+    assert [u for u in asked if not u.startswith(url.rstrip("/"))] == []
     assert not page.js_errors, page.js_errors

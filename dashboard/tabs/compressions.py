@@ -10,7 +10,7 @@ from observed_engine.contract import vocabulary as vocab
 
 from .. import charts
 from ..context import Ctx, chart, note_skipped
-from ..format import fmt_int, fmt_pct, fmt_seconds, literal, numeric
+from ..format import fmt_int, fmt_pct, fmt_seconds, numeric
 
 TITLE = "Compressions"
 KIND_HELP = {
@@ -39,7 +39,7 @@ def summary_failures(counts: pd.DataFrame) -> pd.DataFrame:
 def summary_failure_note(by_kind: dict, by_cause: dict, approx: str = "") -> str:
     """One sentence for the operator: how many compress() calls lost their summary, and why."""
     n = sum(by_kind.values())
-    causes = ", ".join(f"{literal(c)} {fmt_int(by_cause[c])}" for c in vocab.SUMMARY_FAILURE_CAUSES
+    causes = ", ".join(f"{c} {fmt_int(by_cause[c])}" for c in vocab.SUMMARY_FAILURE_CAUSES
                        if by_cause.get(c))
     return (f"**{fmt_int(n)} compress() call{'s' if n != 1 else ''} returned although the summary model "
             f"failed{approx}:** {fmt_int(by_kind.get(vocab.FALLBACK_SUMMARY, 0))} with a fallback summary "

@@ -20,7 +20,7 @@ def render(ctx: Ctx) -> None:
     if ctx.src.supports(CAP_SESSIONS):
         if ctx.f.session:
             series = [ctx.f.session]
-            st.caption(f"Session **{literal(ctx.f.session)}**: prompt tokens after every response against the "
+            st.caption(f"Session {literal(ctx.f.session)}: prompt tokens after every response against the "
                        "compression threshold and the model's window; ▼ marks compress() calls.")
         else:
             sessions = ctx.q("sessions")
@@ -85,7 +85,7 @@ def _session_details(ctx: Ctx, marks: pd.DataFrame) -> None:
         if content is not None and not content.empty:
             with st.expander(f"Captured message text ({len(content)} rows, capture_content was on)"):
                 for r in content.itertuples():
-                    st.markdown(f"**{to_dt([r.ts])[0]:%H:%M:%S} · {literal(r.hook)}**")
+                    st.markdown(f"**{to_dt([r.ts])[0]:%H:%M:%S}** · {literal(r.hook)}")
                     st.text(str(r.content)[:4000])
         else:
             st.caption("No message text recorded for this session (capture_content is off).")
