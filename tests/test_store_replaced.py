@@ -212,3 +212,24 @@ def test_store_deleted_under_a_live_process_next_process_starts_fresh_and_both_w
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
     conn.close()
     assert err.count("replaced") == 1, err
+
+
+def test_a_relative_store_path_is_not_taken_for_a_replaced_file_after_a_chdir(tmp_path, monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="observed_engine")
+    work = tmp_path / "work"
+    elsewhere = tmp_path / "elsewhere"
+    work.mkdir()
+    elsewhere.mkdir()
+    monkeypatch.chdir(work)
+    writer = StoreWriter("rel/telemetry.sqlite", flush_interval=0.05)
+    try:
+        writer.submit(_rows("a", 2))
+        assert writer.flush(5)
+        monkeypatch.chdir(elsewhere)                 # the host changes its working directory
+        writer.submit(_rows("b", 3))
+        assert writer.flush(5)
+    finally:
+        writer.close()
+    assert count_rows(work / "rel" / "telemetry.sqlite") == 5
+    assert not (elsewhere / "rel").exists()
+    assert not _replaced_logs(caplog)

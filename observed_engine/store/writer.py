@@ -299,7 +299,8 @@ class StoreWriter:
         on_error: Optional[Callable[[str, BaseException], None]] = None,
         on_drop: Optional[Callable[[int], None]] = None,
     ) -> None:
-        self.path = Path(path)
+        # absolute once: a later chdir of the host must not make the path name another file
+        self.path = Path(os.path.abspath(os.fspath(path)))
         self.retention_days = retention_days
         self.max_queue = max_queue
         self.flush_interval = flush_interval
