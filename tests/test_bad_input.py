@@ -127,7 +127,7 @@ def test_a_value_sqlite_cannot_store_does_not_block_the_store(pipeline, caplog):
     assert rows == [(None, None)] + [(100 + i, 100 + i) for i in range(REPEAT)]
     pipeline.flush()    # the store's error reaches the counter through the worker
     assert pipeline.total("hermes.context_engine.telemetry_errors", flush=True, component="store") == 1
-    assert len(matching(our_records(caplog, logging.WARNING), "failed (value)")) == 1
+    assert len(matching(our_records(caplog, logging.WARNING), "a value SQLite cannot store")) == 1
 
 
 def test_odd_usage_reaching_an_engine_that_raises(pipeline, caplog):
