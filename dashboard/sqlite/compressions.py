@@ -37,6 +37,9 @@ def sum_by_engine(df: pd.DataFrame, num, categories) -> Tuple[Dict[str, dict], l
     return agg, series_rows
 
 
+TOKENS_OK = numeric("tokens_before", "tokens_after")
+
+
 def _sql(in_e: str) -> str:
     ok = numeric("duration_s", "tokens_before", "tokens_after")
     call, comp = f"event = '{vocab.EVENT_CALL}'", f"outcome = '{vocab.COMPRESSED}'"
@@ -78,7 +81,8 @@ def compressions(db: StoreReader, cache: BucketCache, pct: Percentiles, f: Filte
         skipped = 0
         for eng in sorted(agg):
             a = agg[eng]
-            (p50, p95, p99), _ = pct(eng, HOOK_COMPRESS, f, buckets.get(eng, {}))
+            # over the calls counted here (durations that are not numbers are left out there)
+            (p50, p95, p99), _ = pct(eng, HOOK_COMPRESS, f, buckets.get(eng, {}), TOKENS_OK)
             skipped += int(a["skipped"])
             out.append((eng, *(int(a[o]) for o in vocab.COMPRESS_OUTCOMES), *(int(a[k]) for k in LATE_KINDS),
                         *(int(a[k]) for k in vocab.SUMMARY_FAILURE_KINDS),

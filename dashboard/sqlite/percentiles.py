@@ -29,13 +29,15 @@ class Percentiles:
         self._lock = threading.Lock()
         self._cache: Dict[tuple, tuple] = {}
 
-    def __call__(self, engine: str, hook: str, f: Filters, bucket_counts: Dict[float, float]) -> Result:
-        """A large group's result is reused for up to REUSE_S seconds while its call count moves
+    def __call__(self, engine: str, hook: str, f: Filters, bucket_counts: Dict[float, float],
+                 only: str = "") -> Result:
+        """``only``: an SQL condition the calls must also meet (the rows a view does not skip).
+        A large group's result is reused for up to REUSE_S seconds while its call count moves
         by less than 5 %."""
         total = float(sum(bucket_counts.values())) if bucket_counts else 0.0
         if total <= 0:
             return [None, None, None], 0
-        key = (engine, hook, f.step, f.engines)
+        key = (engine, hook, f.step, f.engines, only)
         now = time.monotonic()
         with self._lock:
             hit = self._cache.get(key)
@@ -46,7 +48,7 @@ class Percentiles:
                     and abs(lo - f.start) <= max(f.step, 0.05 * f.span)):
                 return result
         base = ("SELECT duration_s FROM events WHERE engine = ? AND hook = ? AND ts >= ? AND ts < ? "
-                f"AND event = '{vocab.EVENT_CALL}' AND duration_s IS NOT NULL")
+                f"AND event = '{vocab.EVENT_CALL}' AND duration_s IS NOT NULL" + (f" AND {only}" if only else ""))
         if total <= SAMPLE:
             raw = [r[0] for r in self.db.rows(base, (engine, hook, f.start, f.end))]
         else:
