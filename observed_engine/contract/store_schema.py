@@ -156,6 +156,10 @@ def schema_markdown() -> str:
         "created if nothing is there; the old file's `-wal`/`-shm` are checkpointed into it and moved aside "
         f"(`NAME-wal{ORPHAN_SUFFIX}`). Opening a path whose main file is missing but whose `-wal`/`-shm` are "
         "still there (a process killed with the store open, then the file removed) moves those aside too, "
-        "with a log line, so that SQLite does not read them as the new store's.",
+        "with a log line, so that SQLite does not read them as the new store's.", "",
+        "The writer thread does not die and the writer raises into no caller: if the thread cannot be started "
+        "(`can't start new thread`), rows are queued up to the bound, the start is retried at the next submit, "
+        "and the failure is counted once in `hermes_context_engine_telemetry_errors_total{component=\"store\"}` "
+        "and logged once.",
     ]
     return "\n".join(lines) + "\n"
