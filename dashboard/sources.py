@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ContextManager, Dict, FrozenSet, Optional, Protocol, Sequence, Tuple, runtime_checkable
+from typing import ContextManager, Dict, Optional, Protocol, Sequence, Tuple, runtime_checkable
 
 import pandas as pd
 
@@ -142,9 +142,9 @@ class Source(Protocol):
 
     kind: str                          # "sqlite" | "prometheus"
     label: str                         # what the page calls it (a path, a URL)
-    capabilities: FrozenSet[str]
 
     def supports(self, cap: str) -> bool:
+        """Whether the source has a capability (CAP_*); views say what is missing without it."""
         ...
 
     def cache_key(self) -> str:
