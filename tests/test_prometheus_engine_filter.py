@@ -20,8 +20,8 @@ import pandas as pd
 import pytest
 
 import observed_engine
-from dashboard.prometheus_source import PrometheusSource
-from dashboard.sources import Filters, make_filters
+from observed_engine.dashboard.prometheus_source import PrometheusSource
+from observed_engine.dashboard.sources import Filters, make_filters
 from observed_engine import observe
 
 from support.engines import ScriptedEngine, transcript

@@ -247,11 +247,8 @@ def _fingerprint(directory: Path):
 
 
 def test_dashboard_source_leaves_the_store_untouched(tmp_path, monkeypatch):
-    root = Path(__file__).resolve().parent.parent
-    if not (root / "dashboard" / "sources.py").exists() or not (root / "dashboard" / "sqlite_source.py").exists():
-        pytest.skip("dashboard/sources.py / sqlite_source.py do not exist yet")
-    monkeypatch.syspath_prepend(str(root))
-    from dashboard import sources
+    from observed_engine.dashboard import sources
+    from observed_engine.dashboard.factory import open_source
 
     directory = tmp_path / "store"
     directory.mkdir()
@@ -269,7 +266,7 @@ def test_dashboard_source_leaves_the_store_untouched(tmp_path, monkeypatch):
 
     import time
 
-    source = sources.open_source("sqlite", str(path))
+    source = open_source("sqlite", str(path))
     try:
         f = sources.make_filters(3600, time.time())
         assert source.status().ok
