@@ -191,8 +191,6 @@ class Providers:
         return out
 
 
-make_providers = Providers
-
 
 def span_texts(span) -> List[str]:
     """Every string a span carries: name, attributes, events, links, status."""
