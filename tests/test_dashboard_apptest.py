@@ -248,7 +248,7 @@ def pct0(ratio: float) -> str:
 # The facts (support/real_feeds) name a summary_failure row by the kind-derived names the dashboard
 # used to show (summary_fallback, summary_aborted); the dashboard shows the contract's words: event
 # summary_failure, its kind (the row's outcome: fallback_summary, aborted), its cause as reason.
-KIND_OF = {name: kind for kind, name in real_feeds.SUMMARY_EVENTS.items()}
+KIND_OF = {name: kind for kind, name in getattr(real_feeds, "SUMMARY_EVENTS", {}).items()}
 SUMMARY_FAILURE = "summary_failure"
 
 
