@@ -47,6 +47,7 @@ class Pipeline:
                  store_path=None, compress_timeout: float = 120.0, registry=None) -> None:
         self.settings = settings
         self.registry = registry
+        self.given_providers = (tracer_provider, meter_provider)   # as passed (None: built or global)
         # capture's generated classes for this pipeline's engines (capture/reclass.py)
         self.generated_classes: Dict[tuple, type] = {}
         self._error_lock = threading.Lock()

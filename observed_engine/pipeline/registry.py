@@ -18,7 +18,7 @@ import threading
 import time
 import weakref
 from dataclasses import replace
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from ..settings import Settings
 from .pipeline import Pipeline
@@ -46,13 +46,12 @@ class Registry:
                str(store_path) if store_path is not None else None, float(compress_timeout))
         with self._lock:
             pipeline = self._pipelines.get(key)
-            if (pipeline is not None and pipeline.tracer_provider_arg is tracer_provider
-                    and pipeline.meter_provider_arg is meter_provider):
+            # the ids in the key may be reused after a provider is collected: same objects only
+            if (pipeline is not None and pipeline.given_providers[0] is tracer_provider
+                    and pipeline.given_providers[1] is meter_provider):
                 return pipeline
             pipeline = Pipeline(shared, tracer_provider, meter_provider, store_path=store_path,
                                 compress_timeout=compress_timeout, registry=self)
-            pipeline.tracer_provider_arg = tracer_provider
-            pipeline.meter_provider_arg = meter_provider
             self._pipelines[key] = pipeline
         _note_in_use(self)
         return pipeline
@@ -137,7 +136,3 @@ def _after_fork_in_child() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
-
-
-def all_pipelines(registry: Optional[Registry] = None) -> List[Pipeline]:
-    return (registry or REGISTRY).pipelines()
