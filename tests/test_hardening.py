@@ -334,3 +334,62 @@ def test_the_engine_reads_its_own_name_while_the_host_reads_observed():
     assert engine.name == "observed"                               # what the host selects by
     assert engine.get_status() == {"engine": "status-engine"}
     assert json.loads(engine.handle_tool_call("t", {})) == {"engine": "status-engine", "tool": "t"}
+
+
+def _session_ends(engine, n: int) -> float:
+    t0 = time.monotonic()
+    for i in range(n):
+        engine.on_session_start(f"s{i}", platform="cli")
+        engine.on_session_end(f"s{i}", [])
+    return time.monotonic() - t0
+
+
+def test_session_ends_do_not_each_wait_their_budget_while_the_store_is_locked(store_path):
+    """Each on_session_end waited its whole delivery budget (1 s) while another writer held the
+    store: a gateway ending 20 sessions paid 20 s. Once the writer's batch has failed, the rows are
+    held for its retry and nobody waits for them; they all arrive when the lock goes."""
+    engine = observe(NarrowEngine(), settings={"store": {"path": str(store_path)}})
+    engine.should_compress(1)
+    assert observed_engine.flush(5.0)
+    writer = pipeline_of(engine).store
+    blocker = sqlite3.connect(str(store_path), timeout=0.1, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")              # another writer holds the file
+    try:
+        engine.should_compress(2)
+        assert observed_engine.flush(0.2) is False
+        deadline = time.monotonic() + 30
+        while not writer._pending and time.monotonic() < deadline:   # the busy timeout runs out:
+            time.sleep(0.05)                                         # the batch failed, held for a retry
+        assert writer._pending
+        took = _session_ends(engine, 20)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert took < 2.0, f"20 session ends took {took:.1f} s with the store locked"
+    assert observed_engine.flush(30.0)
+    assert not writer.failing
+    rows = sqlite3.connect(str(store_path)).execute("SELECT COUNT(*) FROM events").fetchone()[0]
+    assert rows == 1 + 1 + 40                        # nothing was lost while nobody waited
+
+
+def test_session_ends_do_not_each_wait_their_budget_for_a_black_holed_collector(store_path):
+    """An OTLP endpoint that accepts connections and never answers: the first session end waits
+    its budget for the span flush, the later ones do not wait for that same flush again."""
+    import socket
+
+    hole = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    hole.bind(("127.0.0.1", 0))
+    hole.listen(64)                                   # accepted by the kernel, never read
+    try:
+        engine = observe(NarrowEngine(), settings={
+            "store": {"path": str(store_path)},
+            "otlp": {"enabled": True, "protocol": "http/protobuf", "timeout_seconds": 20,
+                     "endpoint": f"http://127.0.0.1:{hole.getsockname()[1]}"}})
+        took = _session_ends(engine, 10)
+        assert took < 4.0, f"10 session ends took {took:.1f} s with a black-holed collector"
+        # the store is healthy: its rows were delivered all the same
+        rows = sqlite3.connect(str(store_path)).execute("SELECT COUNT(*) FROM events").fetchone()[0]
+        assert rows == 20
+    finally:
+        pipeline_of(engine).shutdown(1.0)
+        hole.close()

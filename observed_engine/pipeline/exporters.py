@@ -34,6 +34,15 @@ class BuiltProviders:
     prometheus_address: Optional[tuple] = None
     closers: List[Callable[[], None]] = field(default_factory=list)
     span_processors: List[object] = field(default_factory=list)   # what still holds spans at exit
+    span_exporters: List["_FailureCounting"] = field(default_factory=list)
+    metric_exporters: List["_FailureCounting"] = field(default_factory=list)
+
+    def traces_failing(self) -> bool:
+        """The last span export failed (dead or unreachable endpoint): a flush would only wait."""
+        return any(e.failing for e in self.span_exporters)
+
+    def metrics_failing(self) -> bool:
+        return any(e.failing for e in self.metric_exporters)
 
     def shutdown(self) -> None:
         for close in reversed(self.closers):
@@ -64,8 +73,10 @@ class _FailureCounting:
         self._count_error = count_error
         self._component = component
         self._logged = False
+        self.failing = False      # the last export failed; cleared by the next one that succeeds
 
     def _failed(self, exc) -> None:
+        self.failing = True
         self._count_error(self._component)
         if not self._logged:
             self._logged = True
@@ -89,6 +100,8 @@ class CountingSpanExporter(_FailureCounting, SpanExporter):
             return SpanExportResult.FAILURE
         if result is not SpanExportResult.SUCCESS:
             self._failed(None)
+        else:
+            self.failing = False
         return result
 
     def shutdown(self):
@@ -119,6 +132,8 @@ class CountingMetricExporter(_FailureCounting, MetricExporter):
             return MetricExportResult.FAILURE
         if result is not MetricExportResult.SUCCESS:
             self._failed(None)
+        else:
+            self.failing = False
         return result
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
@@ -276,8 +291,10 @@ def build_providers(settings: Settings, count_error: ErrorCounter,
             count_error("exporter_otlp")
             logger.warning("observed-engine: cannot build the OTLP exporters (%s); OTLP is off", exc)
     if metric_exporter is not None and want_metrics:
+        counting = CountingMetricExporter(metric_exporter, count_error, "exporter_otlp_metrics")
+        built.metric_exporters.append(counting)
         readers.append(PeriodicExportingMetricReader(
-            CountingMetricExporter(metric_exporter, count_error, "exporter_otlp_metrics"),
+            counting,
             export_interval_millis=settings.otlp.export_interval_seconds * 1000,
             export_timeout_millis=settings.otlp.timeout_seconds * 1000,
         ))
@@ -290,8 +307,10 @@ def build_providers(settings: Settings, count_error: ErrorCounter,
         built.closers.append(lambda: mp.shutdown(timeout_millis=2000))
     if span_exporter is not None and want_traces:
         tp = TracerProvider(resource=resource, shutdown_on_exit=False)
+        counting = CountingSpanExporter(span_exporter, count_error, "exporter_otlp_traces")
+        built.span_exporters.append(counting)
         processor = CountingBatchSpanProcessor(
-            CountingSpanExporter(span_exporter, count_error, "exporter_otlp_traces"), count_drop,
+            counting, count_drop,
             max_queue_size=4096, max_export_batch_size=512,
             schedule_delay_millis=1000, export_timeout_millis=settings.otlp.timeout_seconds * 1000,
         )

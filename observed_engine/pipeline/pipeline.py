@@ -55,6 +55,7 @@ class Pipeline:
         self._pending_drops: Dict[str, int] = {}
         self._publish_pending = False
         self._flush_threads: Dict[int, threading.Thread] = {}
+        self._store_stalled_at: Optional[int] = None     # rows_written when a deliver() last timed out on the store
         self.built: BuiltProviders = BuiltProviders()
         if settings.enabled and (tracer_provider is None or meter_provider is None):
             # Each signal falls back on its own: a caller's tracer provider does not switch off
@@ -115,6 +116,7 @@ class Pipeline:
         self._engines_lock = threading.Lock()
         self._pending_errors, self._pending_drops, self._publish_pending = {}, {}, False
         self._flush_threads = {}
+        self._store_stalled_at = None
         self.processor.pid = os.getpid()
         self.processor.rows_submitted = 0
         self.watchdog.after_fork_in_child()
@@ -291,11 +293,28 @@ class Pipeline:
             return max(0.0, deadline - time.monotonic())
 
         ok = self.recorder.flush(left())
-        if self.store is not None:
-            ok = self.store.flush(left()) and ok
-        for provider in (self.built.tracer_provider, self.built.meter_provider):
-            if provider is not None:
-                ok = self._bounded_force_flush(provider, left()) and ok
+        # What is known not to be deliverable now is not waited for: a store whose last batch failed
+        # (locked, read-only, full: the rows are held and retried by the writer), one that did not
+        # finish within an earlier budget and has written nothing since, an exporter whose last export
+        # failed or whose earlier flush is still under way (a black-holed endpoint). Otherwise every
+        # on_session_end would wait its whole budget while the fault lasts.
+        store = self.store
+        if store is not None:
+            if store.failing or self._store_stalled_at == store.rows_written:
+                ok = False
+            elif store.flush(left()):
+                self._store_stalled_at = None
+            else:
+                self._store_stalled_at = store.rows_written
+                ok = False
+        for provider, failing in ((self.built.tracer_provider, self.built.traces_failing()),
+                                  (self.built.meter_provider, self.built.metrics_failing())):
+            if provider is None:
+                continue
+            if failing:
+                ok = False
+                continue
+            ok = self._bounded_force_flush(provider, left(), join_running=False) and ok
         return ok
 
     def undelivered(self) -> Dict[str, int]:
@@ -310,16 +329,20 @@ class Pipeline:
             spans += len(getattr(processor, "_bsp_queue", None) or ())
         return {DROP_EVENT: events, DROP_STORE_ROW: rows, DROP_SPAN: spans}
 
-    def _bounded_force_flush(self, provider, timeout: float) -> bool:
+    def _bounded_force_flush(self, provider, timeout: float, join_running: bool = True) -> bool:
         """``provider.force_flush`` that returns within ``timeout``.
 
         The SDK's BatchSpanProcessor.force_flush ignores its timeout and exports every
         queued batch, each waiting the exporter's full timeout: with a black-holed OTLP
         endpoint that is queue/batch x timeout (40 s with the defaults), at every flush
         and at exit. It runs on a helper thread (one per provider at a time) instead.
+        With ``join_running`` False a flush still under way from an earlier call is not waited
+        for again (False at once).
         """
         with self._error_lock:
             thread = self._flush_threads.get(id(provider))
+            if thread is not None and thread.is_alive() and not join_running:
+                return False
             if thread is None or not thread.is_alive():
                 def run(p=provider, ms=int(timeout * 1000)):
                     try:

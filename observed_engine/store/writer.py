@@ -318,6 +318,9 @@ class StoreWriter:
         self._logged_errors: set = set()
         self.rows_written = 0
         self.rows_dropped = 0
+        # the last batch failed (locked, read-only, full, unreachable directory) and is held for a retry:
+        # a caller with a budget (Pipeline.deliver) does not wait for a write that is not going to happen
+        self.failing = False
         self._idle = threading.Condition()
         self._busy = False
         self._count_lock = threading.Lock()
@@ -532,6 +535,7 @@ class StoreWriter:
                 # the -wal/-shm exist once the first transaction in WAL mode ran
                 self._file_ids = (self._file_ids[0], *self._current_ids()[1:])
             self.rows_written += written
+            self.failing = False
             self._logged_errors.discard("write")
             if repaired is not None:
                 self._error("value", repaired)
@@ -547,6 +551,7 @@ class StoreWriter:
             if lost:
                 self._count_dropped(lost)
             self._pending = keep
+            self.failing = True
             if self._conn is not None and isinstance(exc, sqlite3.DatabaseError) and "locked" not in str(exc):
                 conn, self._conn = self._conn, None
                 _close(conn)
