@@ -88,9 +88,14 @@ class Settings:
         return cls(**values)
 
     def store_path(self, hermes_home: os.PathLike | str) -> Path:
-        """observed.store.path, else HERMES_HOME/observed/telemetry.sqlite."""
+        """observed.store.path, else HERMES_HOME/observed/telemetry.sqlite. A relative
+        store.path is relative to HERMES_HOME (where config.yaml is), not to the current
+        directory of whichever process (gateway, cron, one-shot CLI) happens to run."""
         if self.store.path:
-            return Path(os.path.expanduser(self.store.path))
+            path = Path(os.path.expanduser(self.store.path))
+            if not path.is_absolute():
+                path = Path(os.path.expanduser(os.fspath(hermes_home))) / path
+            return path
         return default_store_path(hermes_home)
 
     def resolved_compress_timeout(self, host_timeout: Optional[float] = None) -> float:

@@ -279,3 +279,33 @@ def test_retention_deletes_in_chunks_so_another_writer_gets_in(tmp_path, capsys)
     with capsys.disabled():
         print(f"\n[store] retention of {n_expired} rows: {len(versions)} commits seen by another writer, "
               f"which made {i} inserts meanwhile, longest wait for the lock {max(waits) * 1000:.0f} ms")
+
+
+def test_a_relative_store_path_is_relative_to_hermes_home_not_the_current_directory(
+        hermes_home, tmp_path, monkeypatch):
+    """``store.path: telemetry/obs.sqlite`` landed in the current directory of whichever process
+    ran (a gateway started from /, a cron job, a one-shot CLI in a project directory): one store
+    per directory, none where the dashboard looks. It is HERMES_HOME's, like config.yaml."""
+    import observed_engine
+    from observed_engine import observe
+    from observed_engine.api import pipeline_of
+    from observed_engine.settings import Settings
+    from support.engines import NarrowEngine
+
+    elsewhere = tmp_path / "some-project"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    settings = {"store": {"path": "telemetry/obs.sqlite"}}
+    expected = hermes_home / "telemetry" / "obs.sqlite"
+    assert Settings.from_mapping(settings).store_path(hermes_home) == expected
+    engine = observe(NarrowEngine(), settings=settings)
+    engine.should_compress(1)
+    assert observed_engine.flush(10.0)
+    assert pipeline_of(engine).store.path == expected
+    assert count_rows(expected) == 1
+    assert not (elsewhere / "telemetry").exists()
+    # an absolute path and ~ stay as they are
+    assert Settings.from_mapping({"store": {"path": str(tmp_path / "abs.sqlite")}}).store_path(hermes_home) \
+        == tmp_path / "abs.sqlite"
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert Settings.from_mapping({"store": {"path": "~/x.sqlite"}}).store_path(hermes_home) == tmp_path / "x.sqlite"
