@@ -16,7 +16,8 @@ def test_prometheus_names_are_what_the_exporter_exposes():
     registry = CollectorRegistry()
     provider = MeterProvider(metric_readers=[PrometheusMetricReader(registry=registry)])
     gauge_keys = [m.key for m in catalogue.METRICS if m.kind == catalogue.OBSERVABLE_GAUGE]
-    readers = {key: (lambda: [(1, {"engine": "e"})]) for key in gauge_keys}
+    readers = {key: (lambda labels=catalogue.BY_KEY[key].labels: [(1, {label: "e" for label in labels})])
+               for key in gauge_keys}
     instruments = Instruments(provider.get_meter("t"), readers)
     for spec in catalogue.METRICS:
         attrs = {label: "x" for label in spec.labels}

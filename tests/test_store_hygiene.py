@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from observed_engine.contract.store_schema import COLUMNS, SCHEMA_SQL, SCHEMA_VERSION, make_row
+from observed_engine.contract.store_schema import COLUMNS, SCHEMA_SQL, SCHEMA_VERSION, column_type, make_row
 from observed_engine.store import StoreWriter, connect
 
 from support.store_rows import count_rows, read_rows
@@ -163,8 +163,7 @@ def test_an_older_store_gains_every_missing_column_and_keeps_its_rows(tmp_path, 
                      [(time.time(),), (time.time(),)])
     conn.close()
 
-    full = {c: (f"v-{c}" if c in ("host", "session", "engine", "hook", "outcome", "reason", "tokenizer", "content")
-                else 7) for c in COLUMNS}
+    full = {c: (f"v-{c}" if column_type(c).startswith("TEXT") else 7) for c in COLUMNS}
     full.update(ts=time.time(), event="call", engine="new", duration_s=0.5)
     counts = Counts()
     writer = StoreWriter(path, flush_interval=0.02, on_error=counts.on_error, on_drop=counts.on_drop)

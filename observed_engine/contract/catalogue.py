@@ -103,6 +103,40 @@ METRICS: Tuple[MetricSpec, ...] = (
         label_values={"kind": ("fallback_summary", "aborted"), "cause": ("auth", "network", "other")},
     ),
     MetricSpec(
+        "compression_checks", "hermes.context.compression.checks",
+        "hermes_context_compression_checks_total", COUNTER, "{call}",
+        ("engine", "hook", "decision"),
+        "Every compression decision the host asked for: should_compress / should_compress_preflight / "
+        "should_compress_info answer compress or skip, should_defer_preflight_to_real_usage defer "
+        "(wait for the provider's real usage) or estimate (go on with the rough estimate).",
+        label_values={"decision": ("compress", "skip", "defer", "estimate")},
+    ),
+    MetricSpec(
+        "compression_blocked", "hermes.context.compression.blocked",
+        "hermes_context_compression_blocked", OBSERVABLE_GAUGE, "1",
+        ("engine", "reason"),
+        "1 while the engine's own state blocks automatic compression (summary-failure cooldown, "
+        "ineffective-compression or fallback-streak breaker, attempts exhausted), per reason, else 0; "
+        "read from the engine's instance state, no engine code runs.",
+        label_values={"reason": ("summary_cooldown", "ineffective_compression", "fallback_streak",
+                                 "attempts_exhausted", "other")},
+    ),
+    MetricSpec(
+        "summary_tokens", "hermes.context.compression.summary_tokens",
+        "hermes_context_compression_summary_tokens_total", COUNTER, "{token}",
+        ("engine", "token_type"),
+        "Tokens the summary model used for compress() calls, where observable (Hermes' own "
+        "auxiliary usage record of task 'compression', read-only).",
+        label_values={"token_type": ("prompt", "completion", "cache_read", "cache_write", "reasoning")},
+    ),
+    MetricSpec(
+        "cache_rewrite_tokens", "hermes.context.compaction.cache_rewrite_tokens",
+        "hermes_context_compaction_cache_rewrite_tokens_total", COUNTER, "{token}",
+        ("engine",),
+        "Prompt tokens the first response after a compaction had to write into the provider's prompt "
+        "cache again (cache_write tokens where reported, else prompt minus cache_read tokens).",
+    ),
+    MetricSpec(
         "compression_duration", "hermes.context.compression.duration",
         "hermes_context_compression_duration_seconds", HISTOGRAM, "s",
         ("engine",), "compress() latency.", buckets=COMPRESSION_LATENCY_BUCKETS,

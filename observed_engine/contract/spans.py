@@ -33,6 +33,25 @@ REQUEST_MODEL = "gen_ai.request.model"
 USAGE_INPUT_TOKENS = "gen_ai.usage.input_tokens"
 USAGE_OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 
+# cache use per response (update_from_response)
+CACHE_READ_RATIO = "hermes.context.cache_read_ratio"            # cache_read / prompt tokens
+CACHE_REWRITE_TOKENS = "hermes.context.compaction.cache_rewrite_tokens"   # first response after a compaction
+
+# compression decisions (should_compress, should_compress_preflight, should_compress_info,
+# should_defer_preflight_to_real_usage)
+DECISION = "hermes.context.decision"                   # compress / skip / defer / estimate
+DECISION_REASON = "hermes.context.decision.reason"
+CHECKED_TOKENS = "hermes.context.checked_tokens"       # the tokens the engine was asked about
+CHECKED_TOKENS_SOURCE = "hermes.context.checked_tokens.source"   # argument / state
+THRESHOLD_TOKENS = "hermes.context.threshold_tokens"   # the engine's threshold at that moment
+BLOCKED_REASON = "hermes.context.compression.blocked_reason"     # automatic compression blocked
+
+# compress: the summary model
+SUMMARY_MODEL = "hermes.context.summary.model"
+SUMMARY_PROVIDER = "hermes.context.summary.provider"
+SUMMARY_INPUT_TOKENS = "hermes.context.summary.input_tokens"
+SUMMARY_OUTPUT_TOKENS = "hermes.context.summary.output_tokens"
+
 # compress
 MESSAGES_BEFORE = "hermes.context.messages.before"
 MESSAGES_AFTER = "hermes.context.messages.after"

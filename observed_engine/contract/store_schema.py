@@ -16,7 +16,8 @@ Schema (documented in docs/store-schema.md, version in ``meta``):
   hook            TEXT     hook name (compress, should_compress, select_context, ...)
   event           TEXT     'call' for a hook call; 'deadline_exceeded', 'late_completion',
                            'host_reported' (timeouts); 'fail_open'; 'bad_input';
-                           'summary_failure' (compress returned after its summary model failed)
+                           'summary_failure' (compress returned after its summary model failed);
+                           'compression_blocked' (automatic compression blocked: started / ended)
   outcome         TEXT     'ok' / 'error' for calls; compress: 'compressed' / 'noop' / 'error';
                            select_context: 'unchanged' / 'same_selection' / 'changed_selection' / 'fail_open';
                            summary_failure: 'fallback_summary' / 'aborted'
@@ -30,6 +31,25 @@ Schema (documented in docs/store-schema.md, version in ``meta``):
   cache_lost_tokens INTEGER prompt-cache prefix tokens a changed selection invalidated
   input_tokens / output_tokens / cache_read_tokens / cache_write_tokens / reasoning_tokens INTEGER
                            usage passed to update_from_response
+  cache_rewrite_tokens INTEGER first update_from_response after a compaction: prompt tokens written
+                           into the provider's cache again (cache_write where reported, else
+                           prompt - cache_read)
+  checked_tokens  INTEGER  should_compress / should_compress_preflight / should_compress_info /
+                           should_defer_preflight_to_real_usage: the tokens the engine was asked about
+                           (the argument, or engine.last_prompt_tokens when called without one);
+                           threshold_tokens holds the threshold at that moment
+  decision        TEXT     those hooks' answer: 'compress' / 'skip' (should_compress*), 'defer' /
+                           'estimate' (should_defer_preflight_to_real_usage); reason: the engine's
+                           reason where it gives one, else 'below_threshold' / 'at_or_above_threshold',
+                           or the blocked reason ('summary_cooldown', ...) of a skip at/above it
+  summary_model   TEXT     compress: the summary model (Hermes' usage record of the call where there is
+                           one, else the engine's summary_model, else its main model)
+  summary_provider TEXT    compress: the summary model's provider where known
+  summary_input_tokens / summary_output_tokens INTEGER compress: the summary model's usage, where
+                           observable (Hermes' auxiliary usage record, task 'compression')
+  event 'compression_blocked': outcome 'started' / 'ended', reason the blocked reason
+                           ('summary_cooldown', 'ineffective_compression', 'fallback_streak',
+                           'attempts_exhausted', 'other'); ts when the block began / ended
   tokenizer       TEXT     how token counts were made ('tiktoken:o200k_base' or 'estimate')
   content         TEXT     message text, only when capture_content is on, else NULL
 """
@@ -40,7 +60,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 COLUMNS: Sequence[str] = (
     "ts", "host", "pid", "session", "engine", "hook", "event", "outcome", "reason",
@@ -48,12 +68,16 @@ COLUMNS: Sequence[str] = (
     "tokens_before", "tokens_after", "messages_before", "messages_after",
     "cache_lost_tokens", "input_tokens", "output_tokens", "cache_read_tokens",
     "cache_write_tokens", "reasoning_tokens", "tokenizer", "content",
+    # schema version 2 (issue 15): decisions, the summary model, cache rewrites
+    "checked_tokens", "decision", "summary_model", "summary_provider",
+    "summary_input_tokens", "summary_output_tokens", "cache_rewrite_tokens",
 )
 
 _COLUMN_TYPES = {
     "ts": "REAL NOT NULL", "host": "TEXT", "pid": "INTEGER", "session": "TEXT",
     "engine": "TEXT", "hook": "TEXT", "event": "TEXT NOT NULL", "outcome": "TEXT",
     "reason": "TEXT", "duration_s": "REAL", "tokenizer": "TEXT", "content": "TEXT",
+    "decision": "TEXT", "summary_model": "TEXT", "summary_provider": "TEXT",
 }
 
 SCHEMA_SQL = (

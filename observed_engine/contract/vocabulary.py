@@ -66,10 +66,42 @@ DROP_SIGNALS: Tuple[str, ...] = (DROP_EVENT, DROP_STORE_ROW, DROP_SPAN)
 EVENT_CALL = "call"
 EVENT_BAD_INPUT = "bad_input"
 EVENT_SUMMARY_FAILURE = "summary_failure"
+EVENT_COMPRESSION_BLOCKED = "compression_blocked"   # outcome 'started' / 'ended', reason: BLOCKED_REASONS
 STORE_EVENTS: Tuple[str, ...] = (EVENT_CALL,) + TIMEOUT_KINDS + (FAIL_OPEN, EVENT_BAD_INPUT,
-                                                                  EVENT_SUMMARY_FAILURE)
+                                                                  EVENT_SUMMARY_FAILURE, EVENT_COMPRESSION_BLOCKED)
 # The rare rows an operator looks at one by one (every store event but calls and bad input).
 INCIDENT_EVENTS: Tuple[str, ...] = TIMEOUT_KINDS + (FAIL_OPEN, EVENT_SUMMARY_FAILURE)
+
+# -- compression decisions: should_compress* and should_defer_preflight_to_real_usage ----
+# ``decision`` store column and the ``decision`` label of hermes_context_compression_checks_total.
+DECISION_COMPRESS = "compress"     # should_compress*: True (compress now)
+DECISION_SKIP = "skip"             # should_compress*: False
+DECISION_DEFER = "defer"           # should_defer_preflight_to_real_usage: True (wait for real usage)
+DECISION_ESTIMATE = "estimate"     # ... False (the host goes on with its rough estimate)
+COMPRESS_DECISIONS: Tuple[str, ...] = (DECISION_COMPRESS, DECISION_SKIP)
+DEFER_DECISIONS: Tuple[str, ...] = (DECISION_DEFER, DECISION_ESTIMATE)
+DECISIONS: Tuple[str, ...] = COMPRESS_DECISIONS + DEFER_DECISIONS
+# Where the checked tokens came from (span attribute hermes.context.checked_tokens.source).
+CHECKED_FROM_ARGUMENT = "argument"
+CHECKED_FROM_STATE = "state"       # called without tokens: the engine's last_prompt_tokens
+# Decision reasons (store ``reason`` of a decision row): the engine's own reason where it gives
+# one (should_compress_info), else what the numbers and the engine's state say.
+DECISION_BELOW_THRESHOLD = "below_threshold"
+DECISION_AT_THRESHOLD = "at_or_above_threshold"
+DECISION_BLOCKED_UNKNOWN = "declined_above_threshold"   # skip at/above the threshold, no block state known
+
+# -- automatic compression blocked (gauge hermes_context_compression_blocked{reason}) ----
+BLOCKED_SUMMARY_COOLDOWN = "summary_cooldown"          # summary model failed: retries paused
+BLOCKED_INEFFECTIVE = "ineffective_compression"        # compactions did not clear the threshold
+BLOCKED_FALLBACK_STREAK = "fallback_streak"            # repeated placeholder-summary compactions
+BLOCKED_ATTEMPTS_EXHAUSTED = "attempts_exhausted"      # an engine's own attempt budget is used up
+BLOCKED_OTHER = "other"                                # an engine-reported reason we do not know
+BLOCKED_REASONS: Tuple[str, ...] = (BLOCKED_SUMMARY_COOLDOWN, BLOCKED_INEFFECTIVE, BLOCKED_FALLBACK_STREAK,
+                                    BLOCKED_ATTEMPTS_EXHAUSTED, BLOCKED_OTHER)
+# store rows of event EVENT_COMPRESSION_BLOCKED: outcome says whether the block began or ended
+BLOCK_STARTED = "started"
+BLOCK_ENDED = "ended"
+BLOCK_OUTCOMES: Tuple[str, ...] = (BLOCK_STARTED, BLOCK_ENDED)
 
 # -- tokenizer ------------------------------------------------------------------------------
 TOKENIZER_ESTIMATE = "estimate"      # counts are a labelled estimate (no tiktoken encoding)
@@ -88,6 +120,9 @@ ALERT_NEAR_WINDOW = "HermesContextNearWindow"
 ALERT_COMPRESSION_ERRORS = "HermesContextCompressionErrors"
 ALERT_SUMMARY_FAILING = "HermesContextSummaryFailing"
 ALERT_TELEMETRY_ERRORS = "HermesObservedTelemetryErrors"
+ALERT_COMPRESSION_BLOCKED = "HermesContextCompressionBlocked"
+ALERT_COMPRESSION_THRASH = "HermesContextCompressionThrash"
+ALERT_THRESHOLD_DEAD_ZONE = "HermesContextThresholdDeadZone"
 
 # alert name -> severity label. HermesContextSummaryFailing's is a template in the rule:
 # critical for an auth cause (it does not heal by itself), else warning (summary_failure_severity).

@@ -25,13 +25,13 @@ from ..version import __version__
 from ..contract import spans as a
 from ..contract.events import DEADLINE_EXCEEDED, ENGINE_META_ATTRIBUTE, PUBLISH_ERRORS
 from ..contract.identifiers import identifier
-from ..contract.vocabulary import DROP_EVENT, DROP_SPAN, DROP_STORE_ROW
+from ..contract.vocabulary import BLOCKED_REASONS, DROP_EVENT, DROP_SPAN, DROP_STORE_ROW
 from ..settings import Settings
 from ..store import StoreWriter
 from ..capture.state_reads import read_state
 from ..contract.events import MISSING, STATE_FIELDS
 from ..worker import EventProcessor
-from ..worker.state import static_class_value
+from ..worker.state import blocked_reasons, static_class_value
 from .exporters import BuiltProviders, build_providers
 from .instruments import Instruments
 from .recorder import Recorder
@@ -76,6 +76,7 @@ class Pipeline:
         # Live engines, for the gauges that follow the engine's real state.
         self._engines_lock = threading.Lock()
         self._engines: Dict[int, Any] = {}
+        self.engines_seen = 0          # engines ever registered (a pipeline that never had one is not retired)
 
         self.compress_timeout = float(compress_timeout)
         self.watchdog = CompressionWatchdog(self.compress_timeout, self._on_deadline, self.count_error)
@@ -91,6 +92,7 @@ class Pipeline:
             "compression_in_flight": self._in_flight_gauge,
             "compression_oldest_age": self._oldest_age_gauge,
             "compression_deadline": self._deadline_gauge,
+            "compression_blocked": self._blocked_gauge,
         })
         self.processor = EventProcessor(self)
         # enabled: false starts nothing: no hook is overridden, so no event ever comes
@@ -166,14 +168,18 @@ class Pipeline:
 
     def register_engine(self, engine) -> None:
         key = id(engine)
+        if key in self._engines:
+            return
+        # made outside the lock: an allocation may run the collector, whose callbacks take it
+        try:
+            ref = weakref.ref(engine, lambda _r, k=key: self._forget(k))
+        except TypeError:       # no __weakref__ slot: keep it (rare, bounded by engines created)
+            ref = (lambda e=engine: e)
         with self._engines_lock:
             if key in self._engines:
                 return
-            try:
-                ref = weakref.ref(engine, lambda _r, k=key: self._forget(k))
-            except TypeError:       # no __weakref__ slot: keep it (rare, bounded by engines created)
-                ref = (lambda e=engine: e)
             self._engines[key] = ref
+            self.engines_seen += 1
 
     def forget_engine(self, engine) -> None:
         """``unobserve()``: stop following this engine (its gauges, the worker's memory of it)."""
@@ -182,7 +188,13 @@ class Pipeline:
     def _forget(self, key: int) -> None:
         with self._engines_lock:
             self._engines.pop(key, None)
+            last = not self._engines
         self.processor.forget(key)
+        if last and self.registry is not None:
+            try:
+                self.registry.engine_gone(self)
+            except Exception:
+                self.count_error("pipeline")
 
     def live_engines(self) -> List[Any]:
         with self._engines_lock:
@@ -212,6 +224,26 @@ class Pipeline:
             except Exception:
                 self.count_error("gauge")
         return [(values[which], {"engine": name}) for name, values in best.items()]
+
+    def _blocked_gauge(self):
+        """Per engine name and BLOCKED_REASONS: 1 while any live instance is blocked for that reason
+        (worker.state.blocked_reasons: the engine's instance dict, no engine code), else 0."""
+        now = time.monotonic()
+        blocked: Dict[str, set] = {name: set() for name in self.processor.known_engine_names()}
+        for engine in self.live_engines():
+            try:
+                meta = getattr(type(engine), ENGINE_META_ATTRIBUTE, None)
+                name = meta.inner_name if meta else type(engine).__name__
+                blocked.setdefault(name, set()).update(blocked_reasons(engine, now)[0])
+            except Exception:
+                self.count_error("gauge")
+        out: Dict[tuple, int] = {}
+        for name, reasons in blocked.items():
+            label = self.processor.engine_label(name)
+            for reason in BLOCKED_REASONS:
+                key = (label, reason)
+                out[key] = max(out.get(key, 0), 1 if reason in reasons else 0)
+        return [(n, {"engine": label, "reason": reason}) for (label, reason), n in out.items()]
 
     def _in_flight_gauge(self):
         counts: Dict[str, int] = {}

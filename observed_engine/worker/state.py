@@ -38,7 +38,7 @@ def summary_failure(raw: Optional[tuple]) -> Optional[Tuple[str, str]]:
     """(kind, cause) when the engine reports a failed summary for this call (SUMMARY_FIELDS), else None."""
     if not raw:
         return None
-    fallback, aborted, auth, network = raw
+    fallback, aborted, auth, network = raw[:4]
     if aborted is True:
         kind = v.ABORTED
     elif fallback is True:
@@ -47,3 +47,56 @@ def summary_failure(raw: Optional[tuple]) -> Optional[Tuple[str, str]]:
         return None
     cause = v.CAUSE_AUTH if auth is True else v.CAUSE_NETWORK if network is True else v.CAUSE_OTHER
     return kind, cause
+
+
+# -- automatic compression blocked ---------------------------------------------------------
+#
+# Read from the engine's instance dict (no property, no __getattr__, no engine method), on the
+# worker or the exporter's thread. Hermes 0.19.0's ContextCompressor blocks automatic compaction
+# (_automatic_compression_blocked_locally) while
+#   _summary_failure_cooldown_until > time.monotonic()   (after a failed summary: 30 s to 15 min)
+#   _ineffective_compression_count >= 2                  (compactions that left the prompt over the threshold)
+#   _fallback_compression_streak >= 2                    (repeated placeholder-summary compactions)
+# Its breaker limits are constants in its code, not attributes: mirrored here. Any engine may
+# also say so itself in an instance attribute ``compression_blocked_reason`` (a str, or None/""
+# when not blocked): a known reason is used as it is, another one counts as 'other'.
+BREAKER_LIMIT = 2
+BLOCK_FIELDS: Tuple[str, ...] = (
+    "_summary_failure_cooldown_until", "_ineffective_compression_count", "_fallback_compression_streak",
+    "compression_blocked_reason",
+)
+
+
+def _number(value) -> bool:
+    return (type(value) is int or type(value) is float) and value == value   # not NaN
+
+
+def blocked_reasons(engine, now_monotonic: float) -> Tuple[frozenset, Optional[float]]:
+    """(the BLOCKED_REASONS active now, the monotonic time the cooldown ends or None).
+    Never raises; an engine whose state cannot be read is not blocked."""
+    try:
+        state = object.__getattribute__(engine, "__dict__")
+        until, ineffective, streak, own = (state.get(name) for name in BLOCK_FIELDS)
+    except Exception:
+        return frozenset(), None
+    reasons = set()
+    cooldown_end = None
+    if _number(until) and until > now_monotonic:
+        reasons.add(v.BLOCKED_SUMMARY_COOLDOWN)
+        cooldown_end = float(until)
+    if _number(ineffective) and ineffective >= BREAKER_LIMIT:
+        reasons.add(v.BLOCKED_INEFFECTIVE)
+    if _number(streak) and streak >= BREAKER_LIMIT:
+        reasons.add(v.BLOCKED_FALLBACK_STREAK)
+    if type(own) is str and own:
+        reasons.add(own if own in v.BLOCKED_REASONS else v.BLOCKED_OTHER)
+    return frozenset(reasons), cooldown_end
+
+
+def cooldown_ended_at(engine, now_monotonic: float) -> Optional[float]:
+    """The monotonic time a summary cooldown ended at (the engine's deadline, already past), or None."""
+    try:
+        until = object.__getattribute__(engine, "__dict__").get(BLOCK_FIELDS[0])
+    except Exception:
+        return None
+    return float(until) if _number(until) and 0 < until <= now_monotonic else None
