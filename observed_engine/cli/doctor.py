@@ -198,7 +198,8 @@ def check_inner_engine(ctx: Context) -> List[Result]:
         inner, inner_route = hp.build_inner(inner_name, ctx.cfg)
     except Exception as exc:
         return [result("inner engine", "fail", f"{inner_name!r} cannot be built: {exc}",
-                       "set observed.inner to an installed engine (`hermes plugins` lists them), "
+                       getattr(exc, "fix", None)
+                       or "set observed.inner to an installed engine (`hermes plugins` lists them), "
                        "or to compressor; until then observed wraps the built-in compressor")]
     hooks = hp.overridden_hooks(inner)
     tools = hp.tool_names(inner)

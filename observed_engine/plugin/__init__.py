@@ -61,6 +61,21 @@ class _building:
         return False
 
 
+class dry_run:
+    """On this thread, engines the plugin builds are observed with ``enabled: false`` (named
+    ``observed``, no exporter, store or thread): for ``observed-engine doctor`` and ``install``
+    running the host's own selection to see what it would pick."""
+
+    def __enter__(self):
+        self._before = getattr(_state, "dry_run", False)
+        _state.dry_run = True
+        return self
+
+    def __exit__(self, *exc):
+        _state.dry_run = self._before
+        return False
+
+
 # ---------------------------------------------------------------------------
 # Entry point
 # ---------------------------------------------------------------------------
@@ -115,6 +130,8 @@ def build_engine(config: Optional[Mapping[str, Any]] = None, *,
     inner_name = section.get("inner", DEFAULT_INNER)
     inner = build_inner_or_fallback(inner_name, config)
     settings = {**section, "name": PLUGIN_NAME}
+    if getattr(_state, "dry_run", False):
+        settings["enabled"] = False       # a selection check: no exporter, store or thread
     try:
         from ..api import observe
     except ImportError as exc:
@@ -130,6 +147,8 @@ def build_engine(config: Optional[Mapping[str, Any]] = None, *,
             "`observed:` settings", type(exc).__name__, exc,
         )
     defaults = {"name": PLUGIN_NAME}
+    if getattr(_state, "dry_run", False):
+        defaults["enabled"] = False
     if "inner" in section:
         defaults["inner"] = section["inner"]
     try:
@@ -313,15 +332,38 @@ def _build_plugin_inner(name: str) -> Tuple[Any, str]:
     else:
         errors.append("no plugin registered a context engine")
 
-    # 3. A pip plugin exposing the entry point but not (yet) loaded by Hermes.
+    # 3. A pip plugin exposing the entry point but not (yet) loaded by Hermes: only where
+    #    Hermes' own gates would load it (plugins.enabled, plugins.disabled, HERMES_SAFE_MODE).
     try:
         engine = _load_entry_point_engine(name)
         if engine is not None:
             return engine, "entrypoint"
+    except PluginGatedError:
+        raise
     except Exception as exc:
         errors.append(f"entry point {name!r}: {type(exc).__name__}: {exc}")
 
     raise InnerEngineError(f"context engine {name!r} not found ({'; '.join(errors)})")
+
+
+class PluginGatedError(InnerEngineError):
+    """Hermes' plugin gates keep the entry-point engine *name* from running (bare Hermes
+    falls back to its built-in compressor); ``reason`` says which gate, ``fix`` what lifts it."""
+
+    def __init__(self, name: str, reason: str):
+        self.name, self.reason = name, reason
+        if reason.startswith(host.SAFE_MODE_ENV):
+            self.fix = f"unset {host.SAFE_MODE_ENV} (bare Hermes does not run {name!r} either while it is set)"
+        elif "plugins.disabled" in reason:
+            self.fix = f"remove {name!r} from plugins.disabled (`hermes plugins enable {name}`)"
+        else:
+            self.fix = f"`hermes plugins enable {name}` (adds it to plugins.enabled)"
+        super().__init__(
+            f"Hermes would not run the context engine {name!r}: {reason}; bare Hermes runs its "
+            f"built-in compressor instead, and so does observed")
+
+
+_gate_notices: set = set()   # (name, reason) already logged by this process
 
 
 def build_inner_or_fallback(name: str, config: Mapping[str, Any]):
@@ -329,6 +371,10 @@ def build_inner_or_fallback(name: str, config: Mapping[str, Any]):
         engine, route = build_inner(name, config)
         logger.debug("observed: inner engine %r built via %s", name, route)
         return engine
+    except PluginGatedError as exc:
+        if (exc.name, exc.reason) not in _gate_notices:
+            _gate_notices.add((exc.name, exc.reason))
+            logger.warning("observed: %s (fix: %s)", exc, exc.fix)
     except Exception as exc:
         logger.warning(
             "observed: cannot build the inner context engine %r: %s. Falling back to "
@@ -354,9 +400,15 @@ class _Collector:
 
 
 def _load_entry_point_engine(name: str):
-    for ep in host.entry_points():
-        if ep.name != name or ep.value.split(":")[0] in (__name__, "observed_engine.hermes_plugin"):
-            continue
+    """The engine of the ``hermes_agent.plugins`` entry point *name*, loaded the way the host's
+    plugin system loads it (``register(ctx)``, or a class); None without such an entry point.
+    Raises PluginGatedError where the host's gates would not load that plugin."""
+    eps = [ep for ep in host.entry_points()
+           if ep.name == name and ep.value.split(":")[0] not in (__name__, "observed_engine.hermes_plugin")]
+    reason = host.plugin_gate(name) if eps else None
+    if reason is not None:
+        raise PluginGatedError(name, reason)
+    for ep in eps:
         target = ep.load()
         register_fn = getattr(target, "register", None)
         if callable(register_fn):

@@ -1,0 +1,75 @@
+"""Real ``hermes_agent.plugins`` entry-point plugins for tests: a module and a
+``<dist>.dist-info`` (METADATA, entry_points.txt) in a directory put on ``sys.path``, so
+``importlib.metadata`` (and with it Hermes' own plugin scan) finds them as it finds
+pip-installed packages."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+GROUP = "hermes_agent.plugins"
+
+# A context-engine plugin as third-party packages write them: register(ctx) ends in
+# ctx.register_context_engine(engine). REGISTER_CALLS counts the register() calls.
+ENGINE_PLUGIN = '''
+from agent.context_engine import ContextEngine
+
+REGISTER_CALLS = []
+
+
+class {cls}(ContextEngine):
+    def __init__(self):
+        self.context_length = 200000
+        self.threshold_tokens = 150000
+
+    @property
+    def name(self):
+        return {engine!r}
+
+    def update_from_response(self, usage):
+        pass
+
+    def should_compress(self, prompt_tokens=None):
+        return False
+
+    def compress(self, messages, current_tokens=None, focus_topic=None):
+        return messages
+
+
+def register(ctx):
+    REGISTER_CALLS.append(type(ctx).__name__)
+    ctx.register_context_engine({cls}())
+'''
+
+
+def write_dist(site: Path, dist: str, entry_points: dict, version: str = "1.0",
+               summary: str = "a test plugin") -> Path:
+    """A ``dist-info`` for distribution *dist* in *site* declaring *entry_points*
+    (``{name: "module[:attr]"}``, group hermes_agent.plugins)."""
+    site.mkdir(parents=True, exist_ok=True)
+    info = site / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\nSummary: {summary}\n", encoding="utf-8")
+    lines = [f"[{GROUP}]"] + [f"{name} = {value}" for name, value in entry_points.items()]
+    (info / "entry_points.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return info
+
+
+def engine_plugin(site: Path, plugin: str, *, engine: str | None = None, module: str | None = None) -> str:
+    """A pip-style context-engine plugin *plugin* in *site* (module + dist-info); its engine is
+    named *engine* (default: the plugin's name). Returns the module name."""
+    module = module or f"ep_{plugin}_engine"
+    cls = "".join(part.capitalize() for part in plugin.split("_")) + "Engine"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / f"{module}.py").write_text(
+        textwrap.dedent(ENGINE_PLUGIN).format(cls=cls, engine=engine or plugin), encoding="utf-8")
+    write_dist(site, f"{plugin}-test-plugin", {plugin: module})
+    return module
+
+
+def forget_modules(*names: str) -> None:
+    for name in names:
+        sys.modules.pop(name, None)
