@@ -28,6 +28,7 @@ from observed_engine.tokens import (
     resolve_encoding_name,
 )
 from observed_engine.tokens import counter as counter_module
+from observed_engine.tokens import helper as helper_module
 from observed_engine.tokens import provisioning
 from observed_engine.tokens import text as text_module
 
@@ -670,7 +671,7 @@ def test_public_names():
 def test_package_imports_only_the_stdlib_and_tiktoken_lazily():
     package_dir = os.path.dirname(tokens.__file__)
     files = sorted(f for f in os.listdir(package_dir) if f.endswith(".py"))
-    assert files == ["__init__.py", "counter.py", "provisioning.py", "text.py"]
+    assert files == ["__init__.py", "_helper_main.py", "counter.py", "helper.py", "provisioning.py", "text.py"]
     for filename in files:
         with open(os.path.join(package_dir, filename), encoding="utf-8") as f:
             tree = ast.parse(f.read(), filename)
@@ -691,3 +692,152 @@ def test_package_imports_only_the_stdlib_and_tiktoken_lazily():
                     assert node not in top_level, f"{where} at import time (only lazily)"
                 else:
                     assert root in sys.stdlib_module_names, f"{where} (stdlib and tiktoken only)"
+
+
+# --------------------------------------------------------------------------- helper process
+
+HELPER_TEXTS = [
+    KNOWN_TEXT,
+    "",
+    "a",
+    "<|endoftext|><|endofprompt|> special tokens are counted as text",
+    "lone surrogate \ud800 in the middle",
+    "日本語のテキストと emoji 🦊🐶 " * 50,
+    "x" * 100_000,
+    "def f(x):\n\treturn {'k': [1, 2, 3]}\n" * 200,
+]
+
+
+@pytest.fixture
+def helper_counter(fresh_shared, monkeypatch):
+    """The worker's shared o200k_base counter, counting in a helper process."""
+    monkeypatch.setattr(provisioning, "_LOADED", {})   # as in a process that never loaded it
+    assert helper_module.enabled()
+    tc = counter_for("auto", "gpt-4o")
+    assert isinstance(tc._state.encoder, helper_module.HelperEncoder)
+    return tc
+
+
+def test_helper_counts_equal_in_process_counts(helper_counter):
+    local = TokenCounter("o200k_base")      # tiktoken's Encoding, in this process
+    assert helper_counter.method == local.method == "tiktoken:o200k_base"
+    for text in HELPER_TEXTS:
+        assert helper_counter.count_text(text) == local.count_text(text), text[:40]
+    messages = transcript(300) + [{"role": "user", "content": t} for t in HELPER_TEXTS]
+    assert helper_counter.count_messages(messages) == local.count_messages(messages)
+    assert helper_counter.count_messages(messages) == local.count_messages(messages)   # cached
+    assert helper_counter.count_messages_from(messages, 250) == local.count_messages_from(messages, 250)
+
+
+def test_worker_counter_does_not_load_the_encoding_in_this_process():
+    # Before the helper, the first count of the shared counter loaded o200k_base here: ~0.3 s of
+    # CPU with the GIL held (the first compression turn, every `hermes -z` process).
+    code = (
+        "import sys, time\n"
+        "from observed_engine.tokens import counter_for\n"
+        "tc = counter_for('auto', 'gpt-4o')\n"
+        "c0 = time.process_time()\n"
+        "n = tc.count_messages([{'content': 'hello world ' * 1000}, {'content': 'bye'}])\n"
+        "cpu = time.process_time() - c0\n"
+        "import tiktoken.registry\n"
+        "assert tc.method == 'tiktoken:o200k_base', tc.method\n"
+        "assert 'o200k_base' not in tiktoken.registry.ENCODINGS, 'loaded in-process'\n"
+        "print(n, cpu)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OBSERVED_TOKENIZER_PROCESS"}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, env=env)
+    assert result.returncode == 0, result.stderr
+    n, cpu = result.stdout.split()
+    assert int(n) == TokenCounter("o200k_base").count_messages(
+        [{"content": "hello world " * 1000}, {"content": "bye"}])
+    assert float(cpu) < 0.1     # waiting for the helper is not this process's CPU
+
+
+def test_helper_that_dies_is_replaced_by_an_in_process_encoding(helper_counter, caplog):
+    caplog.set_level(logging.WARNING, logger="observed_engine.tokens")
+    first = helper_counter.count_text(KNOWN_TEXT)
+    helper = helper_counter._state.encoder
+    helper._proc.kill()
+    helper._proc.wait(5)
+    again = [helper_counter.count_text(t) for t in HELPER_TEXTS]
+    assert not isinstance(helper_counter._state.encoder, helper_module.HelperEncoder)
+    assert helper_counter.method == "tiktoken:o200k_base"
+    assert again[0] == first
+    local = TokenCounter("o200k_base")
+    assert again == [local.count_text(t) for t in HELPER_TEXTS]
+    assert any("helper process failed" in r.getMessage() for r in caplog.records)
+
+
+def test_helper_that_cannot_load_falls_back_in_process(tmp_path, fresh_shared, monkeypatch):
+    # a helper told to load an encoding its tiktoken does not know answers ERR
+    helper = helper_module.HelperEncoder("no_such_encoding", str(tmp_path))
+    with pytest.raises(helper_module.HelperFailed, match="ERR|Unknown|no_such"):
+        helper.count_batch(["abc"])
+    with pytest.raises(helper_module.HelperFailed):
+        helper.count_batch(["abc"])                   # stays failed
+    tc = TokenCounter("o200k_base")
+    tc._state.encoder = helper
+    assert tc.count_text(KNOWN_TEXT) == TokenCounter("o200k_base").count_text(KNOWN_TEXT)
+    assert tc.method == "tiktoken:o200k_base"
+
+
+def test_helper_can_be_switched_off(monkeypatch, fresh_shared):
+    monkeypatch.setenv("OBSERVED_TOKENIZER_PROCESS", "0")
+    assert not helper_module.enabled()
+    tc = counter_for("auto", "gpt-4o")
+    assert type(tc._state.encoder).__name__ == "Encoding"
+
+
+def test_helper_ends_with_its_process():
+    code = (
+        "import os\n"
+        "from observed_engine.tokens import counter_for\n"
+        "tc = counter_for('auto', 'gpt-4o')\n"
+        "assert tc.count_text('hello') == 1\n"
+        "print(tc._state.encoder.pid, flush=True)\n"
+        "os._exit(0)\n"       # as `hermes -z` ends: no atexit handler
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    pid = int(result.stdout.strip())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        try:
+            os.waitpid(pid, os.WNOHANG)     # not our child; harmless
+        except ChildProcessError:
+            pass
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"helper {pid} still running after its process ended")
+
+
+def test_helper_in_a_forked_child_is_the_childs_own(helper_counter):
+    tc = helper_counter
+    expected = tc.count_text(KNOWN_TEXT + " fork")
+    parent_helper = tc._state.encoder
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            from observed_engine.tokens import counter as c
+
+            c._SHARED.clear()
+            c.provisioning._LOADED.clear()
+            child = c.counter_for("auto", "gpt-4o")
+            n = child.count_text(KNOWN_TEXT + " fork")
+            own = child._state.encoder is not parent_helper and type(child._state.encoder) is type(parent_helper)
+            os.write(write, f"{n} {own}".encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    answer = os.read(read, 100).decode().split()
+    os.close(read)
+    assert answer == [str(expected), "True"]
+    assert tc.count_text(KNOWN_TEXT + " fork 2") == TokenCounter("o200k_base").count_text(KNOWN_TEXT + " fork 2")

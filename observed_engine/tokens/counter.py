@@ -14,7 +14,11 @@ Counting method
   on code, CJK text or base64.
 
 Encodings are loaded offline only (see :mod:`.provisioning`); what a message
-counts is in :mod:`.text`.
+counts is in :mod:`.text`.  The shared counters of :func:`counter_for` (the
+worker's) encode in a helper process (:mod:`.helper`): the same tiktoken and
+files, the same numbers, but the ~0.3 s of CPU it takes to load an encoding is
+not spent in (nor holding the GIL of) the host's process.  A counter sends every
+text it has not cached to its encoder in one batch.
 
 Cache
 -----
@@ -37,6 +41,7 @@ import threading
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from . import helper as helper_process
 from . import provisioning
 from . import text as message_text
 
@@ -115,9 +120,28 @@ def _wanted_encoding(tokenizer: str, model: str | None) -> str | None:
     return tokenizer
 
 
-def _load_first(tokenizer: str, wanted: str | None) -> tuple[str | None, Any, list[str]]:
+def _open_encoding(name: str, helper: bool) -> Any:
+    """The encoder for ``name``: with ``helper``, a :class:`~.helper.HelperEncoder` (the files are
+    checked here, the encoding is loaded in the helper process) unless this process already has the
+    encoding or no helper can be started; otherwise tiktoken's Encoding, loaded here. Raises
+    EncodingUnavailable."""
+    if helper:
+        local = provisioning._LOADED.get(name)
+        if local is not None:
+            return local
+        if helper_process.enabled():
+            cache_dir = provisioning.prepare_offline(name)
+            try:
+                return helper_process.helper_for(name, cache_dir)
+            except OSError as exc:
+                logger.debug("cannot start the token-counting helper (%s); loading %s here", exc, name)
+    return provisioning._load_encoding(name)
+
+
+def _load_first(tokenizer: str, wanted: str | None, helper: bool = False) -> tuple[str | None, Any, list[str]]:
     """``(name, encoder, reasons)``: the first of ``wanted`` (and, with ``"auto"``, ``o200k_base``)
-    that loads offline, or ``(None, None, reasons)`` with why each failed (no reasons if nothing is wanted)."""
+    that loads offline, or ``(None, None, reasons)`` with why each failed (no reasons if nothing is wanted).
+    ``helper``: counted in a helper process when one can be started (see :func:`_open_encoding`)."""
     if wanted is None:
         return None, None, []
     candidates = [wanted]
@@ -126,7 +150,7 @@ def _load_first(tokenizer: str, wanted: str | None) -> tuple[str | None, Any, li
     reasons = []
     for name in candidates:
         try:
-            encoder = provisioning._load_encoding(name)
+            encoder = _open_encoding(name, helper)
         except provisioning.EncodingUnavailable as exc:
             reasons.append(str(exc))
             continue
@@ -210,6 +234,8 @@ class TokenCounter:
     ``encoding``: ``"auto"`` (choose from ``model``), a tiktoken encoding name, or
     ``"estimate"`` (never imports tiktoken).  If the encoding cannot be loaded
     offline the counter uses the estimate and logs one warning per process.
+    ``helper``: encode in a helper process (:mod:`.helper`; the same numbers) instead of loading
+    the encoding here; if the helper fails, the encoding is loaded here after all.
     """
 
     DEFAULT_CACHE_ENTRIES = 100_000
@@ -222,8 +248,10 @@ class TokenCounter:
         *,
         cache_entries: int = DEFAULT_CACHE_ENTRIES,
         cache_chars: int = DEFAULT_CACHE_CHARS,
+        helper: bool = False,
     ) -> None:
         self.encoding = _normal_tokenizer(encoding)
+        self.helper = helper
         self.model = model
         self.malformed = 0
         self.fallback_reason: str | None = None
@@ -260,7 +288,7 @@ class TokenCounter:
 
     def _build_state(self, wanted: str | None) -> _State:
         self._wanted = wanted
-        name, encoder, reasons = _load_first(self.encoding, wanted)
+        name, encoder, reasons = _load_first(self.encoding, wanted, self.helper)
         if encoder is not None:
             self.fallback_reason = None
             return _State(name, encoder, _CountCache(self._cache_entries, self._cache_chars))
@@ -276,44 +304,79 @@ class TokenCounter:
         """
         if not isinstance(text, str) or not text:
             return 0
-        return self._encode_len(self._state, text)
+        return self._encode_lens(self._state, [text])[0]
 
-    @staticmethod
-    def _encode_len(state: _State, text: str) -> int:
-        if state.encoder is None:
-            return estimate_tokens(text)
-        try:
-            return len(state.encoder.encode(text, disallowed_special=()))
-        except Exception:  # pragma: no cover - tiktoken handles odd unicode itself
-            return estimate_tokens(text)
+    def _encode_lens(self, state: _State, texts: list[str]) -> list[int]:
+        """The token count of each text, in order, encoded now (no cache)."""
+        encoder = state.encoder
+        if encoder is None:
+            return [estimate_tokens(text) for text in texts]
+        count_batch = getattr(encoder, "count_batch", None)
+        if count_batch is not None:     # a helper process
+            try:
+                return count_batch(texts)
+            except Exception as exc:
+                return self._encode_lens(self._without_helper(state, exc), texts)
+        out = []
+        for text in texts:
+            try:
+                out.append(len(encoder.encode(text, disallowed_special=())))
+            except Exception:  # pragma: no cover - tiktoken handles odd unicode itself
+                out.append(estimate_tokens(text))
+        return out
 
-    def _count_cached(self, state: _State, text: str) -> int:
+    def _without_helper(self, state: _State, exc: BaseException) -> _State:
+        """The helper failed: the same encoding loaded in this process (the cache is kept, the
+        numbers are the same), or the estimate if it cannot be."""
+        with self._lock:
+            current = self._state
+            if current is not state and current.encoder is not state.encoder:
+                return current          # another thread already replaced it
+            logger.warning("observed-engine: the token-counting helper process failed (%s: %s); "
+                           "loading %s in this process", type(exc).__name__, exc, state.encoding_name)
+            try:
+                encoder = provisioning._load_encoding(state.encoding_name)
+                replacement = _State(state.encoding_name, encoder, state.cache)
+            except Exception as load_exc:
+                self.fallback_reason = _estimating_because([str(load_exc)])
+                replacement = _State(None, None, None)
+            if self._state is current:
+                self._state = replacement
+            return replacement
+
+    def _count_all(self, state: _State, messages: Iterable[Any]) -> int:
+        """Content-only tokens of ``messages``: every text not in the cache encoded in one batch."""
+        texts: list[str] = []
+        for message in messages:
+            try:
+                ok = message_text._collect_texts(message, texts)
+            except Exception:  # pragma: no cover - e.g. a Mapping whose .get raises
+                ok = False
+            if not ok:
+                self.malformed += 1
         cache = state.cache
         if cache is None:
-            return estimate_tokens(text)
-        n = cache.get(text)
-        if n is None:
-            n = self._encode_len(state, text)
-            cache.put(text, n)
-        return n
+            return sum(estimate_tokens(text) for text in texts if text)
+        known: dict[str, int] = {}
+        missing: list[str] = []
+        for text in texts:
+            if not text or text in known:
+                continue
+            n = cache.get(text)
+            if n is None:
+                missing.append(text)
+                known[text] = 0
+            else:
+                known[text] = n
+        if missing:
+            for text, n in zip(missing, self._encode_lens(state, missing)):
+                known[text] = n
+                cache.put(text, n)
+        return sum(known[text] for text in texts if text)
 
     def count_message(self, message: Any) -> int:
         """Content-only tokens of one chat message (see :mod:`observed_engine.tokens.text`)."""
-        return self._count_message(self._state, message)
-
-    def _count_message(self, state: _State, message: Any) -> int:
-        texts: list[str] = []
-        try:
-            ok = message_text._collect_texts(message, texts)
-        except Exception:  # pragma: no cover - e.g. a Mapping whose .get raises
-            ok = False
-        if not ok:
-            self.malformed += 1
-        total = 0
-        for text in texts:
-            if text:
-                total += self._count_cached(state, text)
-        return total
+        return self._count_all(self._state, (message,))
 
     def count_messages(self, messages: Any) -> int:
         """Sum of :meth:`count_message`; cached per text, so a recount only encodes new content."""
@@ -321,11 +384,8 @@ class TokenCounter:
         if messages is None:
             return 0
         if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
-            return self._count_message(state, messages)
-        total = 0
-        for message in messages:
-            total += self._count_message(state, message)
-        return total
+            return self._count_all(state, (messages,))
+        return self._count_all(state, messages)
 
     def count_messages_from(self, messages: Any, start: int) -> int:
         """Tokens of ``messages[start:]`` (Python slice semantics), e.g. the prompt-cache
@@ -374,10 +434,12 @@ def counter_for(tokenizer: str, model: str | None) -> TokenCounter:
     under a lock, so ``counter_for("auto", "gpt-4o") is counter_for("auto", "claude-3")``
     (both ``o200k_base``).  A shared counter's encoding is fixed: don't call ``set_model``
     on it.  Its ``malformed`` counts every caller's messages, and its ``fallback_reason``
-    stays None: why counts are estimates is logged (once per process) instead.
+    stays None: why counts are estimates is logged (once per process) instead. It counts in a
+    helper process unless ``OBSERVED_TOKENIZER_PROCESS=0`` (or the process already has the encoding).
     """
     tokenizer = _normal_tokenizer(tokenizer)
-    name, _, reasons = _load_first(tokenizer, _wanted_encoding(tokenizer, model))
+    helper = helper_process.enabled()
+    name, _, reasons = _load_first(tokenizer, _wanted_encoding(tokenizer, model), helper)
     if name is None and reasons:
         _estimating_because(reasons)
     key = name or "estimate"
@@ -386,6 +448,6 @@ def counter_for(tokenizer: str, model: str | None) -> TokenCounter:
         with _SHARED_LOCK:
             counter = _SHARED.get(key)
             if counter is None:
-                counter = TokenCounter(key)
+                counter = TokenCounter(key, helper=helper)
                 _SHARED[key] = counter
     return counter

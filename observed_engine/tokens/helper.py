@@ -1,0 +1,190 @@
+"""Counting with an encoding loaded in a helper process, so the engine's process never loads it.
+
+Loading a tiktoken encoding costs the process that does it ~0.3 s of CPU once (parsing
+``o200k_base``, then building its ``CoreBPE``, which holds the GIL throughout): the host's thread
+would wait for it at the first compression, and every short-lived process (``hermes -z``) would pay
+it again. A :class:`HelperEncoder` starts ``python -I -S _helper_main.py`` instead, which loads the
+encoding with the same tiktoken from the same checked offline files and answers batches of texts
+with ``len(encoding.encode(text, disallowed_special=()))``: the same numbers, computed elsewhere.
+Starting it does not wait for it; the first batch waits for it to be ready (the worker's thread
+waits on a pipe, without the GIL).
+
+It is started only when tiktoken counting is needed, one per encoding per process, and ends when
+its standard input closes (this process closed it, exited or died). A helper that cannot start,
+says ``ERR``, dies or does not answer within :data:`TIMEOUT_S` raises :class:`HelperFailed`; the
+counter then loads the encoding in this process as before (see ``counter.py``).
+``OBSERVED_TOKENIZER_PROCESS=0`` keeps every encoding in-process.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import select
+import struct
+import subprocess
+import sys
+import threading
+from typing import Dict, List
+
+logger = logging.getLogger("observed_engine.tokens")
+
+__all__ = ["HelperEncoder", "HelperFailed", "enabled", "helper_for"]
+
+_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_helper_main.py")
+TIMEOUT_S = 60.0          # for the helper to load its encoding, and for any one reply
+_U32 = struct.Struct("<I")
+
+_LOCK = threading.Lock()
+_HELPERS: Dict[str, "HelperEncoder"] = {}
+
+
+class HelperFailed(RuntimeError):
+    """The helper process cannot count (did not start, failed to load, died, timed out)."""
+
+
+def enabled() -> bool:
+    """Whether encodings are loaded in a helper process (``OBSERVED_TOKENIZER_PROCESS=0``: no)."""
+    if os.environ.get("OBSERVED_TOKENIZER_PROCESS", "1").strip().lower() in ("0", "false", "no", "off"):
+        return False
+    return bool(sys.executable) and os.path.isfile(sys.executable) and os.path.isfile(_SCRIPT)
+
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        # what tiktoken's Encoding.encode does with lone surrogates before encoding
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace").encode("utf-8")
+
+
+class HelperEncoder:
+    """One encoding in one helper process; :meth:`count_batch` is thread-safe."""
+
+    def __init__(self, name: str, cache_dir: str) -> None:
+        self.name = name
+        env = dict(os.environ)
+        env["TIKTOKEN_CACHE_DIR"] = cache_dir
+        self._lock = threading.Lock()
+        self._failed: str | None = None
+        self._ready = False
+        self._proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", _SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL, env=env, close_fds=True, start_new_session=True, bufsize=0,
+        )
+        self.pid = self._proc.pid
+        hello = json.dumps({"path": [p for p in sys.path if p], "encoding": name}).encode() + b"\n"
+        try:
+            self._write(hello)
+        except HelperFailed:
+            pass    # reported by the first count_batch
+
+    # -- pipe i/o (under _lock, except the hello) ------------------------------------
+
+    def _write(self, data: bytes) -> None:
+        fd = self._proc.stdin.fileno()
+        view = memoryview(data)
+        while view:
+            _, writable, _ = select.select([], [fd], [], TIMEOUT_S)
+            if not writable:
+                self._fail("timed out writing to the helper")
+            try:
+                n = os.write(fd, view)
+            except OSError as exc:
+                self._fail(f"helper gone ({exc})")
+            view = view[n:]
+
+    def _read(self, n: int) -> bytes:
+        fd = self._proc.stdout.fileno()
+        chunks: List[bytes] = []
+        while n:
+            readable, _, _ = select.select([fd], [], [], TIMEOUT_S)
+            if not readable:
+                self._fail("timed out waiting for the helper")
+            chunk = os.read(fd, min(n, 1 << 20))
+            if not chunk:
+                self._fail("the helper ended")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    def _wait_ready(self) -> None:
+        if self._ready:
+            return
+        line = b""
+        while not line.endswith(b"\n") and len(line) < 4096:
+            line += self._read(1)
+        if line != b"OK\n":
+            self._fail(line.decode("utf-8", "replace").strip())
+        self._ready = True
+
+    def _fail(self, reason: str) -> None:
+        self._failed = reason
+        self.close()
+        raise HelperFailed(reason)
+
+    # -- counting --------------------------------------------------------------------
+
+    def count_batch(self, texts: List[str]) -> List[int]:
+        """``len(encoding.encode(text, disallowed_special=()))`` for each text, in order."""
+        with self._lock:
+            if self._failed is not None:
+                raise HelperFailed(self._failed)
+            self._wait_ready()
+            if not texts:
+                return []
+            parts = [_U32.pack(len(texts))]
+            for text in texts:
+                data = _utf8(text)
+                parts.append(_U32.pack(len(data)))
+                parts.append(data)
+            self._write(b"".join(parts))
+            return list(struct.unpack(f"<{len(texts)}I", self._read(4 * len(texts))))
+
+    def close(self) -> None:
+        """End the helper (it exits at end-of-file on its input); does not wait."""
+        for stream in (self._proc.stdin, self._proc.stdout):
+            try:
+                stream.close()
+            except Exception:
+                pass
+        if self._failed is not None:
+            try:
+                self._proc.kill()
+            except Exception:
+                pass
+
+    def _forget_in_child(self) -> None:
+        """In a forked child: drop this process's copies of the pipes (the helper is the parent's)."""
+        self._failed = "inherited from the parent process"
+        for stream in (self._proc.stdin, self._proc.stdout):
+            try:
+                stream.close()
+            except Exception:
+                pass
+
+
+def helper_for(name: str, cache_dir: str) -> HelperEncoder:
+    """The process's helper for ``name``, started on first use (a failed one is replaced);
+    raises OSError when no process can be started."""
+    with _LOCK:
+        helper = _HELPERS.get(name)
+        if helper is None or helper._failed is not None:
+            helper = HelperEncoder(name, cache_dir)
+            _HELPERS[name] = helper
+            logger.debug("token-counting helper for %s started (pid %d)", name, helper.pid)
+        return helper
+
+
+def _after_fork_in_child() -> None:
+    global _LOCK
+    _LOCK = threading.Lock()
+    for helper in list(_HELPERS.values()):
+        helper._lock = threading.Lock()
+        helper._forget_in_child()
+    _HELPERS.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
