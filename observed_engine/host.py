@@ -237,7 +237,7 @@ def plugin_gate(name: str) -> Optional[str]:
     return None
 
 
-def simulate_selection(engine_name: str) -> Dict[str, Any]:
+def simulate_selection(engine_name: str, *, directory: bool = True) -> Dict[str, Any]:
     """What this Hermes would select for ``context.engine: <engine_name>`` with the current
     config and environment: its own loaders in its own order (the directory loader, then
     the general plugin system's engine if its name matches, deep-copied), run on a fresh
@@ -246,7 +246,8 @@ def simulate_selection(engine_name: str) -> Dict[str, Any]:
     "builtin"), ``plugin_engine`` (the name of the engine the plugin system holds, or None),
     ``registrations`` (every ``register_context_engine`` call of the scan, in order:
     ``{"plugin", "engine", "accepted"}``), ``safe_mode`` and ``error``. Raises ImportError
-    without Hermes. Runs the plugins' ``register()`` as Hermes would."""
+    without Hermes. Runs the plugins' ``register()`` as Hermes would. ``directory=False``:
+    the plugin system only (what an entry-point route would meet)."""
     import copy
 
     import hermes_cli.plugins as hp
@@ -272,7 +273,7 @@ def simulate_selection(engine_name: str) -> Dict[str, Any]:
     try:
         if engine_name and engine_name != "compressor":
             try:
-                out["engine"] = load_context_engine(engine_name)
+                out["engine"] = load_context_engine(engine_name) if directory else None
             except Exception as exc:
                 out["error"] = f"directory loader: {type(exc).__name__}: {exc}"
             if out["engine"] is not None:

@@ -23,6 +23,7 @@ import yaml
 
 import observed_engine
 from observed_engine import cli, host
+from observed_engine.cli import entry_point as cli_entry_point
 from observed_engine.cli import install as cli_install
 from observed_engine.cli import paths as cli_paths
 
@@ -271,8 +272,17 @@ def test_inner_option_and_existing_section(home, engines_dir, capsys):
     assert code == 2 and "itself" in out
 
 
-def test_entry_point_route_enables_and_disables(home, engines_dir, capsys, monkeypatch):
-    monkeypatch.setattr(cli_paths, "entry_point_installed", lambda: True)
+@pytest.fixture
+def ep_site(tmp_path, monkeypatch):
+    """Where `install --route entrypoint` writes its dist-info: a directory on sys.path."""
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    monkeypatch.setattr(cli_entry_point, "site_dir", lambda: site)
+    monkeypatch.syspath_prepend(str(site))
+    return site
+
+
+def test_entry_point_route_enables_and_disables(home, engines_dir, ep_site, capsys):
     cfg = home / "config.yaml"
     cfg.write_text("plugins:\n  enabled:\n    - foo   # a plugin of mine\n", encoding="utf-8")
     for _ in range(2):
@@ -282,18 +292,21 @@ def test_entry_point_route_enables_and_disables(home, engines_dir, capsys, monke
     assert yaml.safe_load(text)["plugins"]["enabled"] == ["foo", "observed"]
     assert "# a plugin of mine" in text
     assert not (engines_dir / "observed").exists()             # no copy for this route
+    [info] = cli_entry_point.written_dirs(ep_site)
+    assert cli_paths.entry_point_installed()
     for _ in range(2):
         assert run(capsys, "uninstall", "--hermes-home", str(home))[0] == 0
     data = yaml.safe_load(cfg.read_text())
     assert data["plugins"]["enabled"] == ["foo"]
     assert "engine" not in (data.get("context") or {})
+    assert not info.exists() and not cli_paths.entry_point_installed()
 
 
-def test_entry_point_route_needs_the_package(home, engines_dir, capsys, monkeypatch):
-    monkeypatch.setattr(cli_paths, "entry_point_installed", lambda: False)
+def test_entry_point_route_refused_in_safe_mode(home, engines_dir, ep_site, capsys, monkeypatch):
+    monkeypatch.setenv("HERMES_SAFE_MODE", "1")
     code, out = run(capsys, "install", "--hermes-home", str(home), "--route", "entrypoint")
-    assert code == 2 and "pip install observed-engine" in out
-    assert not (home / "config.yaml").exists()
+    assert code == 2 and "HERMES_SAFE_MODE" in out and "--route bundled" in out
+    assert not (home / "config.yaml").exists() and not cli_entry_point.written_dirs(ep_site)
 
 
 def test_auto_route(monkeypatch, engines_dir):
@@ -303,9 +316,19 @@ def test_auto_route(monkeypatch, engines_dir):
     assert cli_install.resolve_route("entrypoint") == "entrypoint"
 
 
-def test_user_route_writes_into_hermes_home(home, engines_dir, capsys):
+def test_user_route_refused_where_hermes_does_not_load_it(home, engines_dir, capsys):
+    """0.19.0's directory loader reads only its installation: $HERMES_HOME/plugins/observed/ would
+    never run, and Hermes' plugin list would show it as a plugin that is not enabled."""
     code, out = run(capsys, "install", "--hermes-home", str(home), "--route", "user")
-    assert code == 0, out
+    assert code == 2 and "does not load context engines from $HERMES_HOME/plugins/" in out
+    assert not (home / "plugins").exists() and not (home / "config.yaml").exists()
+
+
+def test_user_route_writes_into_hermes_home(home, engines_dir, capsys, monkeypatch):
+    monkeypatch.setattr(host, "supports_user_engines", lambda: True)      # head, as far as the CLI knows
+    code, out = run(capsys, "install", "--hermes-home", str(home), "--route", "user")
+    # the files are written; 0.19.0's real loader, which install runs afterwards, does not read them
+    assert code == 1 and "FAIL: Hermes would not select observed" in out, out
     user_dir = home / "plugins" / "observed"
     init = (user_dir / "__init__.py").read_text()
     assert "register_context_engine" in init          # head's detection heuristic

@@ -4,8 +4,8 @@
   with our ``plugins/context_engine/observed/`` in (a temporary stand-in for)
   Hermes' ``plugins/context_engine/`` directory;
 * entry-point route: ``hermes_cli.plugins`` discovery with ``plugins.enabled:
-  [observed]`` and the ``hermes_agent.plugins`` entry point (the real one when
-  observed-engine is pip-installed, else simulated through importlib.metadata).
+  [observed]`` and the ``hermes_agent.plugins`` entry point (the one
+  ``install --route entrypoint`` writes when present, else simulated through importlib.metadata).
 
 Each yields an engine named "observed" around the configured inner engine
 (inner class preserved, ``isinstance(engine, ContextEngine)``) that survives
@@ -132,7 +132,7 @@ def _ours_installed() -> bool:
 
 @pytest.fixture
 def observed_entry_point(monkeypatch):
-    """The real entry point if observed-engine is pip-installed, else a simulated one."""
+    """The entry point `install --route entrypoint` wrote if present, else a simulated one."""
     if _ours_installed():
         return "installed"
     ep = md.EntryPoint(name="observed", value="observed_engine.hermes_plugin", group=GROUP)
@@ -217,18 +217,21 @@ def test_bundled_directory_route_wraps_a_directory_engine(hermes_home, engines_d
 
 # -- entry-point route -----------------------------------------------------------------
 
-def test_pyproject_declares_the_module_entry_point():
+def test_the_package_declares_no_hermes_entry_point():
+    """Installing the package changes nothing in Hermes (issue 14 item 11): no
+    hermes_agent.plugins entry point in pyproject or in the installed metadata (Hermes' plugin
+    scan lists every one); `install --route entrypoint` writes one (cli/entry_point.py)."""
     import tomllib
 
     data = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    assert data["project"]["entry-points"][GROUP]["observed"] == "observed_engine.hermes_plugin"
-    # Hermes' loader does ep.load() and then getattr(module, "register")
+    assert GROUP not in data["project"].get("entry-points", {})
+    # Hermes' loader does ep.load() and then getattr(module, "register") on the one install writes
     assert callable(hermes_plugin.register)
     try:
-        md.distribution("observed-engine")
+        dist = md.distribution("observed-engine")
     except md.PackageNotFoundError:
         pytest.skip("observed-engine is not pip-installed in this environment")
-    assert _ours_installed(), "pip-installed observed-engine lacks the hermes_agent.plugins entry point"
+    assert not [ep for ep in dist.entry_points if ep.group == GROUP]
 
 
 def test_entry_point_route_registers_observed(hermes_home, fresh_plugin_manager, observed_entry_point):

@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from .. import host
-from . import paths
+from .. import host, plugin
+from . import entry_point, paths
 from .errors import CliError
 from .paths import MARKER_FILE, PLUGIN_NAME, config_path, read_state, user_plugin_dir, write_state
 from .yaml_edit import ConfigDoc
@@ -33,22 +33,75 @@ def default_section() -> Dict[str, Any]:
     }
 
 
+def bundled_writable() -> bool:
+    bundled = host.bundled_engines_dir()
+    return bundled is not None and os.access(bundled, os.W_OK)
+
+
+def directory_route() -> Optional[str]:
+    """A directory route this Hermes loads context engines from, before its plugin system."""
+    if host.supports_user_engines():
+        return "user"
+    if bundled_writable():
+        return "bundled"
+    return None
+
+
 def resolve_route(route: str) -> str:
     if route != "auto":
         return route
-    if host.supports_user_engines():
-        return "user"
-    bundled = host.bundled_engines_dir()
-    if bundled is not None and os.access(bundled, os.W_OK):
-        return "bundled"
-    if paths.entry_point_installed():
+    found = directory_route()
+    if found is not None:
+        return found
+    site = entry_point.site_dir()
+    if os.access(site, os.W_OK):
         return "entrypoint"
     raise CliError(
-        "no discovery route is usable: Hermes' plugins/context_engine/ is not writable "
-        "and the observed-engine package is not pip-installed (no `hermes_agent.plugins` "
-        "entry point). Fix: run with write access, or `pip install observed-engine` into "
-        "Hermes' Python environment and use --route entrypoint"
+        f"no discovery route is usable: Hermes' plugins/context_engine/ ({host.bundled_engines_dir()}) "
+        f"and this Python's {site} (for the entry point) are not writable. Fix: rerun with write "
+        "access to Hermes' installation (--route bundled) or to its Python environment (--route entrypoint)"
     )
+
+
+def directory_fix() -> str:
+    """The install command that puts observed on a directory route, or what makes one possible."""
+    found = directory_route()
+    if found is not None:
+        return f"`observed-engine install --route {found}`"
+    return (f"make {host.bundled_engines_dir() or 'Hermes plugins/context_engine/'} writable, then "
+            "`observed-engine install --route bundled`")
+
+
+def entry_point_conflicts() -> List[Dict[str, Any]]:
+    """The context-engine registrations other plugins make in Hermes' plugin system with the
+    current config (its real scan, observed's own engine built dry). Hermes keeps one
+    context engine plugin, the first its scan registers; scan order is not the order of
+    plugins.enabled. Empty without Hermes."""
+    try:
+        with plugin.dry_run():
+            found = host.simulate_selection(PLUGIN_NAME, directory=False)
+    except ImportError:
+        return []
+    return [r for r in found["registrations"] if r["plugin"] != PLUGIN_NAME]
+
+
+def check_entry_point_route(inner: Optional[str]) -> None:
+    """Refuse the entry-point route where Hermes would not select observed through it."""
+    if host.plugin_gates()["safe_mode"]:
+        raise CliError(f"{host.SAFE_MODE_ENV}=1 is set: Hermes loads no plugin, so the entry-point route "
+                       f"would not run observed. Fix: {directory_fix()} (Hermes' directory loader runs "
+                       f"in safe mode too), or unset {host.SAFE_MODE_ENV}")
+    others = entry_point_conflicts()
+    if others:
+        names = ", ".join(sorted({f"{r['plugin']!r} (engine {r['engine']!r})" for r in others}))
+        lost = f" and {inner!r} with it" if inner and any(r["engine"] == inner for r in others) else ""
+        raise CliError(
+            f"the entry-point route cannot work here: the enabled plugin {names} registers a context "
+            f"engine with Hermes' plugin system, which keeps only the first engine its scan registers "
+            f"(scan order, not plugins.enabled order); when observed's is rejected Hermes finds no "
+            f"'observed' and falls back to its built-in compressor, losing the observation{lost}. "
+            f"Fix: {directory_fix()} (Hermes' directory loader comes before its plugin system; "
+            f"observed then wraps the plugin's engine)")
 
 
 def place_plugin_dir(dest: Path, home: Path) -> bool:
@@ -81,6 +134,11 @@ def cmd_install(args) -> int:
                        "name the engine to observe (default: compressor)")
     route = resolve_route(args.route)
     out: List[str] = []
+    if route == "user" and not host.supports_user_engines():
+        raise CliError(
+            f"Hermes {host.hermes_version()} does not load context engines from $HERMES_HOME/plugins/: "
+            f"{user_plugin_dir(home)} would not run, and `hermes plugins list` would show it as a plugin "
+            f"that is not enabled. Fix: --route bundled (or entrypoint)")
 
     # 1. the plugin where Hermes finds it
     plugin_dir: Optional[Path] = None
@@ -92,10 +150,6 @@ def cmd_install(args) -> int:
         plugin_dir = base / PLUGIN_NAME
     elif route == "user":
         plugin_dir = user_plugin_dir(home)
-    elif route == "entrypoint" and not paths.entry_point_installed():
-        raise CliError("the `observed` entry point of group hermes_agent.plugins is not "
-                       "installed in this Python; fix: `pip install observed-engine` "
-                       "into Hermes' environment")
     if plugin_dir is not None:
         try:
             changed = place_plugin_dir(plugin_dir, home)
@@ -115,6 +169,8 @@ def cmd_install(args) -> int:
         state["previous_engine"] = previous
         state["previous_engine_set"] = current is not None and current != PLUGIN_NAME
     previous = state.get("previous_engine")
+    if route == "entrypoint":
+        check_entry_point_route(args.inner or doc.get(PLUGIN_NAME, "inner") or previous)
 
     doc.set(("context", "engine"), PLUGIN_NAME)
     section = doc.get(PLUGIN_NAME)
@@ -139,6 +195,36 @@ def cmd_install(args) -> int:
         elif PLUGIN_NAME not in enabled:
             enabled.append(PLUGIN_NAME)
             state["added_to_plugins_enabled"] = True
+        disabled = doc.get("plugins", "disabled")
+        if isinstance(disabled, list) and PLUGIN_NAME in disabled:
+            # plugins.disabled wins over plugins.enabled: the gate would keep observed off
+            while PLUGIN_NAME in disabled:
+                disabled.remove(PLUGIN_NAME)
+            state["removed_from_plugins_disabled"] = True
+            out.append("config: observed removed from plugins.disabled (it would keep the entry point off)")
+        info = entry_point.write(home)
+        out.append(f"entry point: {info} (hermes_agent.plugins: observed = {entry_point.MODULE})")
+    else:
+        # another route now: the entry point this command enabled would list (and load) a second observed
+        enabled = doc.get("plugins", "enabled")
+        if state.get("added_to_plugins_enabled") and isinstance(enabled, list) and PLUGIN_NAME in enabled:
+            enabled.remove(PLUGIN_NAME)
+            if state.get("added_plugins_enabled_key") and not enabled:
+                doc.delete(("plugins", "enabled"))
+                if not doc.get("plugins"):
+                    doc.delete(("plugins",))
+            out.append("config: observed removed from plugins.enabled (the entry-point route is replaced)")
+        state.pop("added_to_plugins_enabled", None)
+        state.pop("added_plugins_enabled_key", None)
+        out.extend(entry_point.remove(home))
+    inner_now = doc.get(PLUGIN_NAME, "inner", default="compressor")
+    if isinstance(inner_now, str) and inner_now not in ("compressor", PLUGIN_NAME) \
+            and any(ep.name == inner_now for ep in host.entry_points()):
+        reason = host.plugin_gate(inner_now)
+        if reason is not None:
+            out.append(f"note: {reason}, so Hermes does not run the {inner_now!r} plugin, and observed "
+                       f"observes the built-in compressor in its place, as bare Hermes runs it; to run "
+                       f"{inner_now!r}: `hermes plugins enable {inner_now}`")
 
     if doc.changed():
         backup = doc.save()
@@ -165,9 +251,19 @@ def cmd_install(args) -> int:
     if not doc.round_trip:
         out.append("note: ruamel.yaml is missing, config.yaml was rewritten with PyYAML "
                    "(comments dropped; the backup has them)")
+    # what Hermes' own loader selects now (doctor's check): a route that does not work is said here
+    from .doctor import Context, check_selection
+    checked = Context(home=home, report={}, cfg=host.load_config(log_errors=False),
+                      section=dict(doc.get(PLUGIN_NAME) or {}))
+    checked.report["context_engine"] = PLUGIN_NAME
+    failed = False
+    for item in check_selection(checked):
+        label = {"ok": "selection", "warn": "warning", "fail": "FAIL"}[item["status"]]
+        out.append(f"{label}: {item['detail']}" + (f"\n       fix: {item['fix']}" if item.get("fix") else ""))
+        failed = failed or item["status"] == "fail"
     out.append("next: start Hermes as usual, then run `observed-engine doctor`")
     print("\n".join(out))
-    return 0
+    return 1 if failed else 0
 
 
 def add_parser(sub, home_help: str) -> None:

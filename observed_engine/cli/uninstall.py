@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import List
 
 from .. import host
+from . import entry_point
 from .paths import MARKER_FILE, PLUGIN_NAME, config_path, read_state, state_path, user_plugin_dir
 from .yaml_edit import ConfigDoc
 
@@ -40,6 +41,11 @@ def _restore_config(doc: ConfigDoc, state: dict, out: List[str]) -> None:
             if not doc.get("plugins"):
                 doc.delete(("plugins",))
         out.append("config: observed removed from plugins.enabled")
+    if state.get("removed_from_plugins_disabled"):
+        disabled = doc.get("plugins", "disabled")
+        if isinstance(disabled, list) and PLUGIN_NAME not in disabled:
+            disabled.append(PLUGIN_NAME)
+            out.append("config: observed back in plugins.disabled")
 
 
 def cmd_uninstall(args) -> int:
@@ -69,6 +75,8 @@ def cmd_uninstall(args) -> int:
                 out.append(f"plugin: removed {path}")
             except OSError as exc:
                 out.append(f"plugin: could not remove {path}: {exc}")
+
+    out.extend(entry_point.remove(home))
 
     if state:
         try:

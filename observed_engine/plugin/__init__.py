@@ -109,9 +109,12 @@ def register(ctx) -> None:
         if manager is not None and getattr(manager, "_context_engine", engine) is not engine:
             other = getattr(manager, "_context_engine", None)
             logger.warning(
-                "observed: Hermes kept the context engine %r registered by another plugin; "
-                "set `observed.inner: %s` and remove that plugin's engine registration "
-                "(or install observed with `observed-engine install --route bundled`) so it gets wrapped",
+                "observed: Hermes kept the context engine %r that another plugin registered first and "
+                "rejected observed's (it keeps one context engine plugin, in scan order): with "
+                "context.engine: observed it falls back to its built-in compressor. Fix: "
+                "`observed-engine install --route bundled` (Hermes' directory loader comes before its "
+                "plugin system, and observed then wraps %r if observed.inner names it); "
+                "`observed-engine doctor` shows what Hermes selects",
                 getattr(other, "name", other), getattr(other, "name", "<name>"),
             )
     except Exception:
