@@ -68,7 +68,7 @@ def test_doctor_text_and_json_agree(tmp_path, monkeypatch, capsys):
         monkeypatch.delenv(var, raising=False)
     (tmp_path / "config.yaml").write_text("context:\n  engine: observed\nobserved:\n  tokenizer: estimate\n")
     report = doctor.run_doctor(tmp_path)
-    assert list(report) == ["hermes_home", "hermes_version", "context_engine", "route", "inner",
+    assert list(report) == ["hermes_home", "hermes_version", "context_engine", "route", "selection", "inner",
                             "exporters", "tokenizer", "checks", "ok"]
     assert list(report["exporters"]) == ["store", "prometheus", "otlp"]
     names = [c["check"] for c in report["checks"]]
