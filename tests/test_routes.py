@@ -289,3 +289,31 @@ def test_install_refuses_when_no_directory_route_and_another_engine_plugin(home,
     code, out = run(capsys, "install", "--hermes-home", str(home))         # auto: only entrypoint left
     assert code == 2 and "cannot work here" in out
     assert "make /nonexistent/plugins/context_engine writable" in out
+
+
+def test_doctor_warns_when_the_entry_point_route_works_by_scan_order(tmp_path, home, engines_dir, capsys,
+                                                                     monkeypatch):
+    """observed's entry point scanned before layatest's: Hermes selects observed (wrapping
+    layatest, whose own registration it rejects), but only by scan order: a warning with the fix."""
+    other = tmp_path / "site-other"
+    module = engine_plugin(other, "layatest")
+    monkeypatch.syspath_prepend(str(other))
+    ours = tmp_path / "site-observed-first"
+    ours.mkdir()
+    monkeypatch.setattr(cli_entry_point, "site_dir", lambda: ours)
+    monkeypatch.syspath_prepend(str(ours))                     # now before layatest's directory
+    try:
+        cli_entry_point.write(home)
+        write_config(home, BROKEN_ENTRYPOINT_CONFIG)
+        with oplugin.dry_run():
+            found = host.simulate_selection("observed")
+        assert [(r["plugin"], r["accepted"]) for r in found["registrations"]] == [
+            ("observed", True), ("layatest", False)]
+        assert found["route"] == "plugin" and type(found["engine"]).__name__ == "LayatestEngine"
+        code, out = run(capsys, "doctor", "--hermes-home", str(home))
+        assert code == 0, out
+        assert "[WARN] selection: Hermes selects observed through its plugin system, wrapping 'layatest', " \
+               "only because its plugin scan registered observed before 'layatest'" in out
+        assert "fix: `observed-engine install --route bundled`" in out
+    finally:
+        forget_modules(module)

@@ -6,9 +6,14 @@ Hermes finds this module by either route:
   ``observed-engine install``), whose ``register(ctx)`` delegates here; Hermes
   calls it once per agent;
 * the general plugin system: the ``hermes_agent.plugins`` entry point
-  ``observed = "observed_engine.hermes_plugin"`` (that module re-exports this one) plus ``plugins.enabled:
-  [observed]``; Hermes calls :func:`register` once per process and deep-copies
-  the engine for every agent.
+  ``observed = "observed_engine.hermes_plugin"`` (that module re-exports this one), which
+  ``observed-engine install --route entrypoint`` writes (the package itself declares none,
+  so installing it changes nothing in Hermes), plus ``plugins.enabled: [observed]``; Hermes
+  calls :func:`register` once per process and deep-copies the engine for every agent.
+
+An inner engine from a pip plugin is built only where Hermes' own plugin gates would load
+that plugin (``plugins.enabled``, ``plugins.disabled``, ``HERMES_SAFE_MODE``); otherwise the
+built-in is observed, as bare Hermes would run it.
 
 :func:`register` reads the ``observed:`` section of Hermes' ``config.yaml``,
 builds the inner engine named by ``observed.inner`` (default: the built-in
