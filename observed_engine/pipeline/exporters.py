@@ -32,6 +32,7 @@ class BuiltProviders:
     tracer_provider: Optional[TracerProvider] = None
     meter_provider: Optional[MeterProvider] = None
     prometheus_address: Optional[tuple] = None
+    prometheus_detach: Optional[Callable[[], None]] = None
     closers: List[Callable[[], None]] = field(default_factory=list)
     span_processors: List[object] = field(default_factory=list)   # what still holds spans at exit
     span_exporters: List["_FailureCounting"] = field(default_factory=list)
@@ -305,6 +306,8 @@ def build_providers(settings: Settings, count_error: ErrorCounter,
         mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
         built.meter_provider = mp
         built.closers.append(lambda: mp.shutdown(timeout_millis=2000))
+        if built.prometheus_detach is not None:
+            built.closers.append(built.prometheus_detach)
     if span_exporter is not None and want_traces:
         tp = TracerProvider(resource=resource, shutdown_on_exit=False)
         counting = CountingSpanExporter(span_exporter, count_error, "exporter_otlp_traces")
@@ -322,12 +325,15 @@ def build_providers(settings: Settings, count_error: ErrorCounter,
 
 
 def _prometheus_reader(settings: Settings, built: BuiltProviders, count_error: Optional[ErrorCounter] = None):
-    from prometheus_client import CollectorRegistry, start_http_server
+    """A reader whose collector is served on the process's endpoint for the configured address
+    (prometheus.py: one server per address, shared by every pipeline). None when it cannot listen."""
+    from . import prometheus
 
-    registry = CollectorRegistry()
     host, port = settings.prometheus.host, settings.prometheus.port
+    reader = _latest_only_reader_class()(registry=prometheus.NotARegistry())
+    collector = reader._collector
     try:
-        server, thread = start_http_server(port, addr=host, registry=registry)
+        endpoint = prometheus.attach(host, port, collector, count_error)
     except OSError as exc:
         if count_error is not None:
             count_error("exporter_prometheus")     # seen by the other exporters (OTLP metrics), if any
@@ -335,14 +341,11 @@ def _prometheus_reader(settings: Settings, built: BuiltProviders, count_error: O
             "observed-engine: Prometheus /metrics cannot listen on %s:%s (%s); "
             "the engine goes on without it (set observed.prometheus.port to a free port)", host, port, exc)
         return None
-    built.prometheus_address = server.server_address[:2]
-
-    def close():
-        server.shutdown()
-        server.server_close()
-
-    built.closers.append(close)
-    return _latest_only_reader_class()(registry=registry)
+    built.prometheus_address = endpoint.address
+    # run by BuiltProviders.shutdown before the meter provider's shutdown (closers run in reverse):
+    # the last collection of this pipeline's counters stays on the endpoint
+    built.prometheus_detach = lambda: endpoint.detach(collector, keep_counters=True)
+    return reader
 
 
 def _latest_only_reader_class():

@@ -109,5 +109,8 @@ class Recorder:
                     except BaseException:  # the processor guards each event; this is a last resort
                         logger.exception("observed-engine worker failed on a batch of %d events", len(batch))
                     self.processed += len(batch)
+                # the events hold their engines: an engine the host dropped must not be kept alive by
+                # the worker's last batch until its next wake (its pipeline could not be retired)
+                batch = item = None
                 for marker in markers:
                     marker.done.set()

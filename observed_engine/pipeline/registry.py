@@ -5,8 +5,16 @@ pass none; tests and embedders may make their own. A pipeline is keyed by what i
 process-wide about it: the providers passed in, the ``observed:`` settings without
 the per-engine keys (``inner``, ``name``), the store path and the compress deadline.
 Two engines that differ only in name share one pipeline (one store writer thread
-per file, one Prometheus server). The first pipeline made registers one atexit
-handler that flushes and stops every registry's pipelines.
+per file; every pipeline serves on the process's one Prometheus endpoint per address,
+``prometheus.py``). The first pipeline made registers one atexit handler that flushes
+and stops every registry's pipelines within one deadline.
+
+Retirement: Hermes re-reads ``config.yaml`` for every agent, so editing ``observed:``
+in a running gateway makes a new pipeline per distinct section. A pipeline that has had
+engines, has none alive any more and is not the one most recently asked for is retired:
+removed from the registry and shut down on a thread of its own (what it holds is
+delivered, its threads and connections end, its counters stay on the Prometheus
+endpoint). A later ``get()`` for its configuration makes a new one.
 """
 
 from __future__ import annotations
@@ -18,9 +26,10 @@ import threading
 import time
 import weakref
 from dataclasses import replace
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from ..settings import Settings
+from . import prometheus
 from .pipeline import Pipeline
 
 logger = logging.getLogger("observed_engine")
@@ -33,10 +42,17 @@ def process_settings(settings: Settings) -> Settings:
     return replace(settings, inner=_DEFAULTS.inner, name=None)
 
 
+RETIRE_BUDGET_SECONDS = 5.0     # a retired pipeline's shutdown (deliver, stop), on its own thread
+
+
 class Registry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._pipelines: Dict[tuple, Pipeline] = {}
+        self._latest: Optional[Pipeline] = None       # the pipeline most recently asked for
+        self.retired = 0                               # pipelines retired so far
+        self._retiring: List[threading.Thread] = []
+        self._sweep_pending = False
 
     def get(self, settings: Settings, tracer_provider=None, meter_provider=None, *,
             store_path=None, compress_timeout: float = 120.0) -> Pipeline:
@@ -47,14 +63,72 @@ class Registry:
         with self._lock:
             pipeline = self._pipelines.get(key)
             # the ids in the key may be reused after a provider is collected: same objects only
-            if (pipeline is not None and pipeline.given_providers[0] is tracer_provider
+            if not (pipeline is not None and pipeline.given_providers[0] is tracer_provider
                     and pipeline.given_providers[1] is meter_provider):
-                return pipeline
-            pipeline = Pipeline(shared, tracer_provider, meter_provider, store_path=store_path,
-                                compress_timeout=compress_timeout, registry=self)
-            self._pipelines[key] = pipeline
+                pipeline = Pipeline(shared, tracer_provider, meter_provider, store_path=store_path,
+                                    compress_timeout=compress_timeout, registry=self)
+                self._pipelines[key] = pipeline
+            superseded = self._latest is not None and self._latest is not pipeline
+            self._latest = pipeline
+            retire = self._take_unused() if superseded or self._sweep_pending else []
+            self._sweep_pending = False
         _note_in_use(self)
+        self._retire(retire)
         return pipeline
+
+    # -- retirement -------------------------------------------------------------------
+
+    def _take_unused(self) -> List[Pipeline]:
+        """(lock held) Remove and return the pipelines to retire: had engines, none alive,
+        not the latest."""
+        out = []
+        for key, pipeline in list(self._pipelines.items()):
+            if pipeline is not self._latest and pipeline.engines_seen and not pipeline.live_engines():
+                del self._pipelines[key]
+                out.append(pipeline)
+        return out
+
+    def engine_gone(self, pipeline: Pipeline) -> None:
+        """A pipeline's last live engine went (Pipeline._forget): retire it if it is superseded.
+        May run in a weakref callback (the garbage collector, any thread): nothing here waits."""
+        # The collector may run this while this very thread holds the lock (an allocation inside
+        # get()): never wait for it; the next get() sweeps instead.
+        if not self._lock.acquire(blocking=False):
+            self._sweep_pending = True
+            return
+        try:
+            if pipeline is self._latest or pipeline.live_engines():
+                return
+            retire = [p for p in self._take_unused() if p is pipeline]
+        finally:
+            self._lock.release()
+        self._retire(retire)
+
+    def _retire(self, pipelines: List[Pipeline]) -> None:
+        for pipeline in pipelines:
+            self.retired += 1
+            thread = threading.Thread(target=_shut_down_quietly, args=(pipeline, RETIRE_BUDGET_SECONDS),
+                                      name="observed-engine-retire", daemon=True)
+            try:
+                thread.start()
+            except Exception:       # no thread to be had now: stopped at exit (still in _retiring)
+                self._retiring_later(pipeline)
+                continue
+            with self._lock:
+                self._retiring = [t for t in self._retiring if t.is_alive()] + [thread]
+
+    def _retiring_later(self, pipeline: Pipeline) -> None:
+        with self._lock:
+            self._pipelines[("retiring", id(pipeline))] = pipeline
+
+    def wait_retired(self, timeout: float = 10.0) -> bool:
+        """Wait for the retirements under way (tests, exit)."""
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            threads = list(self._retiring)
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in threads)
 
     def pipelines(self) -> List[Pipeline]:
         with self._lock:
@@ -78,11 +152,19 @@ class Registry:
         with self._lock:
             entries = list(self._pipelines.values())
             self._pipelines.clear()
+            self._latest = None
         for pipeline in entries:
             try:
                 pipeline.shutdown(timeout)
             except Exception:
                 pass
+
+
+def _shut_down_quietly(pipeline: Pipeline, budget: float) -> None:
+    try:
+        pipeline.shutdown(budget)
+    except Exception:
+        logger.warning("observed-engine: could not stop a retired pipeline", exc_info=True)
 
 
 REGISTRY = Registry()
@@ -109,6 +191,8 @@ def _at_exit() -> None:
     which do not register their own atexit shutdown: see exporters.build_providers), all within
     EXIT_BUDGET_SECONDS; what does not make it is said (Pipeline.shutdown)."""
     deadline = time.monotonic() + EXIT_BUDGET_SECONDS
+    for registry in list(_in_use):                 # retirements under way finish first (bounded)
+        registry.wait_retired(max(0.0, min(2.0, deadline - time.monotonic())))
     pipelines = [p for registry in list(_in_use) for p in registry.pipelines()]
     for i, pipeline in enumerate(pipelines):       # half the budget to deliver, shared out
         share = max(0.0, (deadline - EXIT_BUDGET_SECONDS / 2 - time.monotonic())) / (len(pipelines) - i)
@@ -125,8 +209,10 @@ def _at_exit() -> None:
 
 
 def _after_fork_in_child() -> None:
+    prometheus.after_fork_in_child()
     for registry in list(_in_use):
         registry._lock = threading.Lock()
+        registry._retiring = []
         for pipeline in registry.pipelines():
             try:
                 pipeline.after_fork_in_child()
