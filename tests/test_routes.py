@@ -317,3 +317,35 @@ def test_doctor_warns_when_the_entry_point_route_works_by_scan_order(tmp_path, h
         assert "fix: `observed-engine install --route bundled`" in out
     finally:
         forget_modules(module)
+
+
+def _hermes_plugins_list(home: Path, *extra_path: Path) -> list:
+    """`hermes plugins list --plain` of the venv's Hermes, as the operator runs it."""
+    import os
+    import subprocess
+
+    hermes = Path(sys.executable).with_name("hermes")
+    if not hermes.exists():
+        pytest.skip("no hermes command next to this Python")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "HERMES_"))}
+    env.update(HERMES_HOME=str(home), PYTHONPATH=os.pathsep.join(str(p) for p in extra_path))
+    proc = subprocess.run([str(hermes), "plugins", "list", "--plain"], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=str(home))
+    assert proc.returncode == 0, proc.stderr
+    return [line.split() for line in proc.stdout.splitlines() if line.split()[-1:] == ["observed"]]
+
+
+def test_hermes_plugins_list_tells_the_truth(tmp_path, home, engines_dir, ep_site, capsys):
+    """The `hermes plugins list` command itself: nothing before opting in, `enabled` on the
+    entry-point route, `not enabled` in another Hermes home of the same Python, nothing after
+    uninstall."""
+    assert _hermes_plugins_list(home, ep_site) == []
+    assert run(capsys, "install", "--hermes-home", str(home), "--route", "entrypoint")[0] == 0
+    [line] = _hermes_plugins_list(home, ep_site)
+    assert line[:2] == ["enabled", "entrypoint"]
+    other = tmp_path / "other-home"
+    other.mkdir()
+    [line] = _hermes_plugins_list(other, ep_site)
+    assert line[:2] == ["not", "enabled"]                   # true there: installed, not enabled
+    assert run(capsys, "uninstall", "--hermes-home", str(home))[0] == 0
+    assert _hermes_plugins_list(home, ep_site) == [] and _hermes_plugins_list(other, ep_site) == []
