@@ -73,22 +73,51 @@ _get_current_context = _context_getter()
 
 
 def make_hook(cls, spec, original, pipeline, meta, state_in_instance: bool, observe_copy: Callable[[Any], Any],
-              signature=None):
+              signature=None, refresh=None):
     """The override of hook ``spec`` for the generated class ``cls``, calling ``original``.
-    ``signature``: the bare engine's (with ``self``), or None when it has none."""
+    ``signature``: the bare engine's (with ``self``), or None when it has none.
+
+    ``refresh``: None when ``original`` resolves what to call by itself at every call, else
+    ``original`` is the plain function ``meta.inner_class.<name>`` is now, and
+    ``refresh(self) -> hook`` makes and installs the hook again for what it is then. Every call
+    first checks that the inner's class still answers ``original`` (one attribute read on the
+    class, which Python's type cache answers without walking the MRO): a class-level patch
+    made after the class was generated (a plugin wrapping the built-in's method when it
+    registers) is what the bare engine calls, so the observed engine calls it too."""
     idx = HOOK_INDEX[spec.name]
+    stale = _StaleCheck(meta.inner_class, spec.name, original, refresh) if refresh is not None else None
     if spec.kind == COMPRESS:
-        return _rejected_calls_untraced(_make_compress_hook(idx, original, pipeline, meta), original, signature)
+        return _rejected_calls_untraced(_make_compress_hook(idx, original, pipeline, meta, stale), original,
+                                        signature, stale)
     if spec.kind == TOOL:
-        return _make_tool_hook(idx, original, pipeline, meta)
+        return _make_tool_hook(idx, original, pipeline, meta, stale)
     if spec.kind == CLONE:
-        return _make_clone_hook(idx, original, pipeline, observe_copy)
+        return _make_clone_hook(idx, original, pipeline, observe_copy, stale)
     if spec.leaf:
-        hook = _make_exact_leaf_hook(spec, idx, original, pipeline, cls, state_in_instance)
+        hook = _make_exact_leaf_hook(spec, idx, original, pipeline, cls, state_in_instance, stale)
         if hook is not None:
             return hook
-    hook = _make_plain_hook(spec, idx, original, pipeline)
+    hook = _make_plain_hook(spec, idx, original, pipeline, stale)
     return _delivering(hook, pipeline) if spec.delivers else hook
+
+
+class _StaleCheck:
+    """For a hook made for ``original``: ``inner_cls.<name>`` (read at call time) and ``refresh``."""
+
+    __slots__ = ("inner_cls", "name", "original", "refresh")
+
+    def __init__(self, inner_cls, name, original, refresh):
+        self.inner_cls, self.name, self.original, self.refresh = inner_cls, name, original, refresh
+
+    def is_stale(self) -> bool:
+        try:
+            return getattr(self.inner_cls, self.name) is not self.original
+        except AttributeError:
+            return True
+
+    def current_hook(self, engine):
+        """The hook made for what the bare engine calls now (installed on the class)."""
+        return self.refresh(engine)
 
 
 def _delivering(hook, pipeline):
@@ -109,7 +138,7 @@ def _delivering(hook, pipeline):
     return delivering_hook
 
 
-def _make_plain_hook(spec, idx, original, pipeline):
+def _make_plain_hook(spec, idx, original, pipeline, stale=None):
     """Any plain hook, with the inner's arguments passed through as ``*args, **kwargs``."""
     recorder = pipeline.recorder
     queue = recorder.queue
@@ -137,7 +166,11 @@ def _make_plain_hook(spec, idx, original, pipeline):
             else:
                 dropped()
 
+        watched, inner_cls, name = (stale is not None), getattr(stale, "inner_cls", None), spec.name
+
         def hook(self, *args, **kwargs):
+            if watched and getattr(inner_cls, name, None) is not original:   # the class was patched
+                return stale.current_hook(self)(self, *args, **kwargs)
             if running and _inside.engine is self:   # the engine calling its own hook: untraced
                 return original(self, *args, **kwargs)
             ctx = get_context() if wants_context else None
@@ -157,7 +190,7 @@ def _make_plain_hook(spec, idx, original, pipeline):
     def finish(self, _started, result, exc):
         return None if after is None or exc is not None else after(self, result)
 
-    return _make_guarded_hook(idx, original, pipeline, start, finish)
+    return _make_guarded_hook(idx, original, pipeline, start, finish, stale)
 
 
 # The leaf hooks run on every provider request. Forwarding ``*args, **kwargs`` costs
@@ -166,7 +199,7 @@ def _make_plain_hook(spec, idx, original, pipeline):
 # parameters (same names, kinds and default objects) and calls it with them. The event
 # then carries the positional values in order and the keyword-only ones by name.
 _EXACT_LEAF_SOURCE = '''\
-def {name}({params}):
+def {name}({params}):{check}
     if _oe_running and _oe_inside.engine is {self}:
         return _oe_original({call})
     _oe_ctx = {get_context}
@@ -202,12 +235,20 @@ _READ_BY_ITEMGETTER = "_oe_get_state({dict})"
 _READ_BY_GETS = ('(_oe_d := {dict}).get("last_prompt_tokens", _oe_missing), '
                  '_oe_d.get("threshold_tokens", _oe_missing), _oe_d.get("context_length", _oe_missing)')
 
+# The class-level patch check (make_hook's ``refresh``): the inner's class read as the bare engine's
+# attribute lookup reads it; on a change the call goes, as the host made it, to the hook made anew.
+_STALE_CHECK = """
+    if _oe_inner.{name} is not _oe_original:
+        return _oe_changed({self}, {positional}, {keywords})"""
+
 _NO_KEYWORDS = types.MappingProxyType({})
 
 
-def _make_exact_leaf_hook(spec, idx, original, pipeline, cls, state_in_instance):
+def _make_exact_leaf_hook(spec, idx, original, pipeline, cls, state_in_instance, stale=None):
     if not isinstance(original, types.FunctionType) or "__signature__" in vars(original):
         return None   # a declared __signature__ may not be what Python binds: keep the generic form
+    if stale is not None and stale.is_stale():
+        return None   # the class does not answer this function (a metaclass attribute): the generic form
     try:
         sig = inspect.signature(original, follow_wrapped=False)
     except (TypeError, ValueError):
@@ -246,6 +287,8 @@ def _make_exact_leaf_hook(spec, idx, original, pipeline, cls, state_in_instance)
         rendered.append("/")
     self_name = params[0].name
     recorder = pipeline.recorder
+    if stale is not None:
+        namespace.update(_oe_inner=stale.inner_cls, _oe_changed=_as_called_by_host(params, stale))
     namespace.update(
         _oe_running=_guarded_running, _oe_inside=_inside, _oe_original=original, _oe_clock=perf_counter_ns,
         _oe_queue=recorder.queue, _oe_append=recorder.queue.append, _oe_cap=recorder.capacity,
@@ -255,11 +298,14 @@ def _make_exact_leaf_hook(spec, idx, original, pipeline, cls, state_in_instance)
         # builtins under reserved names: a parameter may be called `len` or `Exception`
         _oe_len=len, _oe_any_exception=BaseException, _oe_exception=Exception,
     )
+    positional_text = "(" + "".join(f"{n}, " for n in positional) + ")"
+    keywords_text = "{" + ", ".join(keywords) + "}" if keywords else "_oe_no_keywords"
     source = _EXACT_LEAF_SOURCE.format(
         name=spec.name, params=", ".join(rendered), self=self_name, call=", ".join(call), idx=idx,
+        check="" if stale is None else _STALE_CHECK.format(
+            name=spec.name, self=self_name, positional=positional_text, keywords=keywords_text),
         get_context="_oe_get_context()" if pipeline.settings.traces else "None",
-        positional="(" + "".join(f"{n}, " for n in positional) + ")",
-        keywords="{" + ", ".join(keywords) + "}" if keywords else "_oe_no_keywords",
+        positional=positional_text, keywords=keywords_text,
         read_state=_inline_read_state(cls, self_name, state_in_instance) if spec.reads_state else "",
         state="_oe_state" if spec.reads_state else "None",
     )
@@ -277,6 +323,26 @@ def _make_exact_leaf_hook(spec, idx, original, pipeline, cls, state_in_instance)
 _generated_count = itertools.count(1)
 
 
+def _as_called_by_host(params, stale):
+    """For the exact form made for ``params``: ``changed(self, positional, keywords)`` passes a call
+    to the hook made for what the class holds now, with the arguments the host gave. The exact form
+    bound them to the old parameters, defaults filled in: a value that is its parameter's very
+    default object is left out again (the new function applies its own default)."""
+    P = inspect.Parameter
+    positional_defaults = [p.default for p in params[1:] if p.kind is not P.KEYWORD_ONLY]
+    keyword_defaults = {p.name: p.default for p in params if p.kind is P.KEYWORD_ONLY}
+    empty = P.empty
+
+    def changed(self, positional, keywords):
+        given = len(positional)
+        while given and positional_defaults[given - 1] is not empty \
+                and positional[given - 1] is positional_defaults[given - 1]:
+            given -= 1
+        kwargs = {k: v for k, v in keywords.items() if v is not keyword_defaults.get(k, empty)}
+        return stale.current_hook(self)(self, *positional[:given], **kwargs)
+    return changed
+
+
 def _inline_read_state(cls, self_name, state_in_instance) -> str:
     if cls.__getattribute__ is object.__getattribute__:
         instance_dict = f"{self_name}.__dict__"
@@ -286,7 +352,7 @@ def _inline_read_state(cls, self_name, state_in_instance) -> str:
     return _INLINE_READ_STATE.format(read=read, self=self_name)
 
 
-def _make_compress_hook(idx, original, pipeline, meta):
+def _make_compress_hook(idx, original, pipeline, meta, stale=None):
     watchdog = pipeline.watchdog
 
     def start(self, args, kwargs):
@@ -307,10 +373,10 @@ def _make_compress_hook(idx, original, pipeline, meta):
             return CompressCapture(before, None, late, None, None)
         return CompressCapture(before, _snapshot_messages(result), late, read_state(self), read_summary(self))
 
-    return _make_guarded_hook(idx, original, pipeline, start, finish)
+    return _make_guarded_hook(idx, original, pipeline, start, finish, stale)
 
 
-def _rejected_calls_untraced(hook, original, signature):
+def _rejected_calls_untraced(hook, original, signature, stale=None):
     """A call the inner's signature rejects is not a compress: Hermes <= 0.18.2 calls
     ``compress(..., force=)`` and retries without it on TypeError, so for an engine without
     ``force`` every compaction recorded an error although the engine never ran. Such a call
@@ -318,8 +384,11 @@ def _rejected_calls_untraced(hook, original, signature):
     if signature is None:
         return hook
     bind = signature.bind
+    watched, inner_cls = (stale is not None), getattr(stale, "inner_cls", None)
 
     def compress(self, *args, **kwargs):
+        if watched and getattr(inner_cls, "compress", None) is not original:   # patched: its own signature
+            return stale.current_hook(self)(self, *args, **kwargs)
         try:
             bind(self, *args, **kwargs)
         except TypeError:
@@ -328,7 +397,7 @@ def _rejected_calls_untraced(hook, original, signature):
     return compress
 
 
-def _make_tool_hook(idx, original, pipeline, meta):
+def _make_tool_hook(idx, original, pipeline, meta, stale=None):
     def start(_self, args, kwargs):
         tool_name = args[0] if args else kwargs.get("name")
         span, token = pipeline.start_live_span(None, meta.inner_name, "handle_tool_call", tool=tool_name)
@@ -337,10 +406,10 @@ def _make_tool_hook(idx, original, pipeline, meta):
     def finish(_self, _started, _result, _exc):
         return None
 
-    return _make_guarded_hook(idx, original, pipeline, start, finish)
+    return _make_guarded_hook(idx, original, pipeline, start, finish, stale)
 
 
-def _make_guarded_hook(idx, original, pipeline, start, finish):
+def _make_guarded_hook(idx, original, pipeline, start, finish, stale=None):
     """Every hook but the leaf ones: sets the self-call guard while the inner's method runs.
 
     ``start(self, args, kwargs) -> (span or parent context, context token or None, started)``
@@ -356,8 +425,11 @@ def _make_guarded_hook(idx, original, pipeline, start, finish):
     recorder = pipeline.recorder
     running = _guarded_running
     count_error = pipeline.count_error
+    watched, inner_cls, name = (stale is not None), getattr(stale, "inner_cls", None), getattr(stale, "name", None)
 
     def hook(self, *args, **kwargs):
+        if watched and getattr(inner_cls, name, None) is not original:   # the class was patched
+            return stale.current_hook(self)(self, *args, **kwargs)
         outer = _inside.engine
         if outer is self:   # the engine calling its own hook: not a host call, not traced
             return original(self, *args, **kwargs)
@@ -395,11 +467,14 @@ _snapshot_messages = snapshot_messages   # (local name on the hook path)
 _COMPRESS_SPAN = hook_span_name("compress")
 
 
-def _make_clone_hook(idx, original, pipeline, observe_copy):
+def _make_clone_hook(idx, original, pipeline, observe_copy, stale=None):
     recorder = pipeline.recorder
     wants_context = pipeline.settings.traces
+    watched, inner_cls = (stale is not None), getattr(stale, "inner_cls", None)
 
     def clone_for_agent(self, *args, **kwargs):
+        if watched and getattr(inner_cls, "clone_for_agent", None) is not original:   # the class was patched
+            return stale.current_hook(self)(self, *args, **kwargs)
         # the span's parent: whatever is current in the host (agent construction)
         ctx = _get_current_context() if wants_context else None
         t0 = perf_counter_ns()

@@ -15,12 +15,14 @@ pipeline that is shut down takes its classes with it.
 
 from __future__ import annotations
 
+import copyreg
 import functools
 import inspect
 import logging
+import operator
 import sys
 import types
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict, Optional
 
 from ..contract.events import ENGINE_META_ATTRIBUTE
 from ..contract.hooks import BY_NAME, HOOK_SPECS, is_wrapped
@@ -132,18 +134,13 @@ def _generated_class(inner_cls, pipeline, inner_name, exposed, available, signat
         MARKER: meta,
     }
     # The class is needed by the hook closures (super()), so fill them in after creation.
-    metaclass = type(inner_cls)
-    cls = metaclass(inner_cls.__name__, (inner_cls,), namespace)
+    cls = _observed_metaclass(type(inner_cls))(inner_cls.__name__, (inner_cls,), namespace)
 
     def observe_copy(copy):   # clone_for_agent(): the clone comes back observed too
         return instrument_engine(copy, pipeline, exposed_name=exposed, engine_abc=engine_abc)
 
     for name in available:
-        original = _original_caller(cls, inner_cls, name)
-        fn = make_hook(cls, BY_NAME[name], original, pipeline, meta, state_in_instance, observe_copy,
-                       signatures.get(name))
-        _copy_identity(fn, inner_cls, name, signatures.get(name))
-        setattr(cls, name, fn)
+        _install_hook(cls, inner_cls, name, pipeline, meta, state_in_instance, observe_copy, signatures.get(name))
 
     if exposed is not None:
         setattr(cls, "name", _exposed_name_property(cls, inner_cls, exposed, engine_abc))
@@ -158,6 +155,61 @@ def _generated_class(inner_cls, pipeline, inner_name, exposed, available, signat
             pass
     classes[key] = cls
     return cls
+
+
+# -- the generated classes' metaclass ----------------------------------------------
+#
+# A generated class is made by a subclass of the inner's own metaclass that changes two things:
+#
+# * ``type(engine).__dict__`` (and ``vars(type(engine))``, ``dir()``) is the inner class's dict.
+#   Engine code asks it membership questions: a forwarding wrapper's ``__setattr__`` keeps a
+#   write local when the name is in its class dict and forwards it otherwise, so it must get
+#   the answers it gets bare, not the generated class's (the hooks, ``__slots__``, the marker).
+#   Python's own attribute lookup reads the real dict, so the hooks still run.
+# * pickling: the generated class cannot be found by its module and qualname (they are the
+#   inner's, so the engine's repr and tracebacks read as bare), so it pickles as the inner
+#   class: the unpickled engine is the bare engine, with its state (observation belongs to a
+#   pipeline of this process; observe() it again). copy.copy / copy.deepcopy never pickle
+#   classes, so copies stay observed.
+
+_real_class_dict = type.__dict__["__dict__"].__get__
+_observed_metaclasses: Dict[type, type] = {}
+
+
+def _class_dict(cls):
+    own = _real_class_dict(cls)
+    meta = own.get(MARKER)
+    if isinstance(meta, EngineMeta):
+        return meta.inner_class.__dict__
+    return own
+
+
+def _reduce_generated_class(cls):
+    """pickle: the generated class as the inner class, rebuilt from the standard library only
+    (``itemgetter(0)((inner,))``), so unpickling does not need observed-engine."""
+    meta = _real_class_dict(cls).get(MARKER)
+    if not isinstance(meta, EngineMeta):
+        return cls.__qualname__    # a class of its own (a subclass of a generated one): by reference
+    return operator.itemgetter(0), ((meta.inner_class,),)
+
+
+def _observed_metaclass(metaclass: type) -> type:
+    """The subclass of ``metaclass`` generated classes are made with (``metaclass`` itself if it
+    cannot be extended: the engine is then observed without these two)."""
+    derived = _observed_metaclasses.get(metaclass)
+    if derived is not None:
+        return derived
+    try:
+        derived = type(metaclass)(f"Observed{metaclass.__name__}", (metaclass,), {
+            "__module__": __name__,
+            "__qualname__": f"Observed{metaclass.__qualname__}",
+            "__dict__": property(_class_dict, doc="The inner class's dict (the engine's own view)."),
+        })
+        copyreg.pickle(derived, _reduce_generated_class)
+    except Exception:
+        derived = metaclass
+    _observed_metaclasses[metaclass] = derived
+    return derived
 
 
 def _exposed_name_property(cls, inner_cls, exposed: str, engine_abc):
@@ -209,6 +261,10 @@ def _signature_of(inner, name) -> Optional[inspect.Signature]:
         sig = inspect.signature(getattr(inner, name))
     except (TypeError, ValueError):
         return None
+    return _with_self(sig)
+
+
+def _with_self(sig: inspect.Signature) -> Optional[inspect.Signature]:
     params = list(sig.parameters.values())
     self_param = inspect.Parameter("self", inspect.Parameter.POSITIONAL_ONLY)
     try:
@@ -217,24 +273,62 @@ def _signature_of(inner, name) -> Optional[inspect.Signature]:
         return None
 
 
-def _original_caller(cls, inner_cls, name) -> Callable:
-    """A function ``(self, *args, **kwargs)`` calling the method the bare engine would call."""
+def _install_hook(cls, inner_cls, name, pipeline, meta, state_in_instance, observe_copy, signature):
+    """Make the hook ``name`` of ``cls`` for what the bare engine calls now, and set it on ``cls``.
+
+    What the bare engine calls is read from its class at every call (hook_forms.make_hook's
+    ``refresh``): when a plugin patches the inner's class (or a base) after the hook was made, the
+    first call after the patch makes the hook again, for the new function, and goes to it."""
+    original, checkable = _original_caller(cls, inner_cls, name)
+
+    def refresh(engine):
+        return _install_hook(cls, inner_cls, name, pipeline, meta, state_in_instance, observe_copy,
+                             _current_signature(cls, engine, name))
+
+    fn = make_hook(cls, BY_NAME[name], original, pipeline, meta, state_in_instance, observe_copy, signature,
+                   refresh=refresh if checkable else None)
+    _copy_identity(fn, inner_cls, name, signature)
+    setattr(cls, name, fn)
+    return fn
+
+
+def _original_caller(cls, inner_cls, name):
+    """``(caller, checkable)``: a function ``(self, *args, **kwargs)`` calling the method the bare
+    engine would call. ``checkable``: the caller is the plain function the class holds now
+    (``inner_cls.<name>`` is it, so a hook can tell a later patch by one read); otherwise the
+    caller looks the method up itself at every call."""
     try:
         raw = inspect.getattr_static(inner_cls, name)
     except AttributeError:
         raw = None
     if isinstance(raw, types.FunctionType):
-        return raw  # the common case: a plain method, called directly
-    if raw is not None:
-        def via_super(self, *args, __name=name, **kwargs):
-            return getattr(super(cls, self), __name)(*args, **kwargs)
-        return via_super
-    # Provided by the class's __getattr__ (a forwarding wrapper engine).
-    getattr_hook = getattr(inner_cls, "__getattr__")
+        try:
+            if getattr(inner_cls, name) is raw:
+                return raw, True   # the common case: a plain method, called directly
+        except Exception:
+            pass
 
-    def via_getattr(self, *args, __name=name, **kwargs):
-        return getattr_hook(self, __name)(*args, **kwargs)
-    return via_getattr
+    def via_lookup(self, *args, __name=name, **kwargs):
+        # What the bare engine's attribute lookup finds past the generated class, now: a
+        # descriptor along the MRO, else (AttributeError) the class's __getattr__ (a
+        # forwarding wrapper engine).
+        try:
+            bound = getattr(super(cls, self), __name)
+        except AttributeError:
+            getattr_hook = getattr(inner_cls, "__getattr__", None)
+            if getattr_hook is None:
+                raise
+            bound = getattr_hook(self, __name)
+        return bound(*args, **kwargs)
+    return via_lookup, False
+
+
+def _current_signature(cls, engine, name) -> Optional[inspect.Signature]:
+    """:func:`_signature_of`, for what the bare engine's lookup of ``name`` finds now."""
+    try:
+        return _with_self(inspect.signature(getattr(super(cls, engine), name)))
+    except Exception:
+        return None
 
 
 def _copy_identity(fn, inner_cls, name, signature) -> None:
