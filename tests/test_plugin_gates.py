@@ -163,3 +163,62 @@ def test_doctor_names_the_gate_and_its_fix(hermes_home, engines_dir, gated_plugi
     assert inner["status"] == "fail"
     assert "not in plugins.enabled" in inner["detail"] and "hermes plugins enable gatetest" in inner["fix"]
     assert register_calls(gated_plugin) == []
+
+
+@pytest.fixture
+def ep_site(tmp_path, monkeypatch):
+    from observed_engine.cli import entry_point as cli_entry_point
+
+    site = tmp_path / "site-observed"
+    site.mkdir()
+    monkeypatch.setattr(cli_entry_point, "site_dir", lambda: site)
+    monkeypatch.syspath_prepend(str(site))
+    return site
+
+
+def run_cli(capsys, *argv):
+    from observed_engine import cli
+
+    code = cli.main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def test_install_says_what_the_gates_will_run(hermes_home, engines_dir, gated_plugin, capsys, monkeypatch):
+    """context.engine: gatetest without plugins.enabled: bare Hermes ran the built-in; install keeps
+    gatetest as observed.inner and says that the built-in is what runs, and how to run gatetest."""
+    from plugins.context_engine import load_context_engine
+
+    monkeypatch.setattr(host, "bundled_engines_dir", lambda: engines_dir)
+    write_config(hermes_home, "context:\n  engine: gatetest\n")
+    code, out = run_cli(capsys, "install", "--hermes-home", str(hermes_home), "--route", "bundled")
+    assert code == 0, out
+    assert "note: 'gatetest' is not in plugins.enabled, so Hermes does not run the 'gatetest' plugin" in out
+    assert "observes the built-in compressor in its place" in out and "hermes plugins enable gatetest" in out
+    assert "wrapping 'compressor'" in out                              # install's own selection check
+    engine = load_context_engine("observed")
+    assert type(engine).__name__ == "ContextCompressor" and register_calls(gated_plugin) == []
+
+
+def test_entry_point_route_opens_observed_gate(hermes_home, ep_site, tmp_path, capsys, monkeypatch):
+    """plugins.disabled: [observed] would keep the entry point off (disabled wins): install takes
+    observed out of it (and says so), uninstall puts it back."""
+    import plugins.context_engine as pce
+    import yaml
+
+    empty = tmp_path / "no-engines"
+    empty.mkdir()
+    monkeypatch.setattr(pce, "_CONTEXT_ENGINE_PLUGINS_DIR", empty)
+    monkeypatch.setattr(host, "bundled_engines_dir", lambda: empty)
+
+    write_config(hermes_home, "plugins:\n  disabled: [observed, other]\n")
+    code, out = run_cli(capsys, "install", "--hermes-home", str(hermes_home), "--route", "entrypoint")
+    assert code == 0, out
+    assert "observed removed from plugins.disabled" in out
+    data = yaml.safe_load((hermes_home / "config.yaml").read_text())
+    assert data["plugins"]["disabled"] == ["other"] and data["plugins"]["enabled"] == ["observed"]
+    assert host.plugin_gate("observed") is None
+    assert "selection: Hermes selects observed through its plugin system" in out
+    assert run_cli(capsys, "uninstall", "--hermes-home", str(hermes_home))[0] == 0
+    data = yaml.safe_load((hermes_home / "config.yaml").read_text())
+    assert data["plugins"]["disabled"] == ["other", "observed"]
