@@ -40,7 +40,20 @@ def _text_of(content: Any) -> str:
 
 class FakeLLMServer:
     def __init__(self, model: str = "fake-model", context_length: int = 64_000,
-                 reply_chars: int = 40_000, host: str = "127.0.0.1", port: int = 0):
+                 reply_chars: int = 40_000, host: str = "127.0.0.1", port: int = 0, *,
+                 summary_status: int = 200, summary_delay: float = 0.0, summary_model: str | None = None,
+                 cache: bool = False):
+        # Faults and features of the summariser / provider (issue 15 tests):
+        #   summary_status: an HTTP error status for every summary request (401: a bad key);
+        #   summary_delay: seconds a summary request waits before its answer (a slow summariser);
+        #   summary_model: the model the summary answers name (default: the requested one);
+        #   cache: report prompt caching like OpenAI (usage.prompt_tokens_details.cached_tokens):
+        #          the tokens of the leading messages equal to the previous chat request's.
+        self.summary_status = summary_status
+        self.summary_delay = summary_delay
+        self.summary_model = summary_model
+        self.cache = cache
+        self._previous_chat: List[str] = []
         self.model = model
         self.context_length = context_length
         self.reply_chars = reply_chars
@@ -90,6 +103,12 @@ class FakeLLMServer:
                     self._send_json(404, {"error": {"message": f"no route {self.path}"}})
                     return
                 content, usage = server._answer(body)
+                if content is None:      # an injected summariser failure
+                    self._send_json(usage, {"error": {"message": f"fake summariser error {usage}",
+                                                      "type": "invalid_request_error", "code": usage}})
+                    return
+                if usage.pop("_summary", False) and server.summary_model:
+                    body = {**body, "model": server.summary_model}
                 if body.get("stream"):
                     self._stream(body, content, usage)
                 else:
@@ -132,12 +151,21 @@ class FakeLLMServer:
         texts = [_text_of(m.get("content")) for m in messages if isinstance(m, dict)]
         prompt_chars = sum(len(t) for t in texts) + len(json.dumps(body.get("tools") or []))
         is_summary = any(SUMMARY_MARKER in t for t in texts)
+        cached_chars = 0
         with self._lock:
             self.requests.append(body)
             if is_summary:
                 self.summary_requests.append(body)
+                if self.summary_status != 200:
+                    return None, self.summary_status
                 content = SUMMARY_TEXT
             else:
+                if self.cache:
+                    for now, before in zip(texts, self._previous_chat):
+                        if now != before:
+                            break
+                        cached_chars += len(now)
+                    self._previous_chat = texts
                 self._turn += 1
                 self.chat_requests.append(body)
                 head = f"Answer {self._turn}: noted. "
@@ -147,6 +175,12 @@ class FakeLLMServer:
         completion_tokens = max(1, len(content) // 4)
         usage = {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                  "total_tokens": prompt_tokens + completion_tokens}
+        if self.cache and not is_summary:
+            usage["prompt_tokens_details"] = {"cached_tokens": min(cached_chars // 4, prompt_tokens)}
+        if is_summary:
+            usage["_summary"] = True
+            if self.summary_delay:
+                time.sleep(self.summary_delay)
         return content, usage
 
     # -- lifecycle -----------------------------------------------------------------

@@ -67,9 +67,12 @@ PUBLISH_ERRORS: Tuple[str] = ("publish_errors",)
 STATE_FIELDS: Tuple[str, str, str] = ("last_prompt_tokens", "threshold_tokens", "context_length")
 # The per-call outcome fields the built-in compressor resets at the start of each compress()
 # and its host inspects afterwards (the last two are sticky causes).
-SUMMARY_FIELDS: Tuple[str, str, str, str] = (
+# Then the summary model: the built-in's summary_model ("" = its main model, also after it fell
+# back from a failing summary_model), its main model and provider.
+SUMMARY_FIELDS: Tuple[str, ...] = (
     "_last_summary_fallback_used", "_last_compress_aborted",
     "_last_summary_auth_failure", "_last_summary_network_failure",
+    "summary_model", "model", "provider",
 )
 
 

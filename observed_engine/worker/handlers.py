@@ -10,15 +10,18 @@ thread; the processor guards each event, so a handler may raise (counted, logged
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict
+import time
+from typing import Any, Callable, Dict, Optional
 
 from ..contract import spans as a
 from ..contract import vocabulary as v
 from ..contract.events import HookEvent, as_messages
+from ..contract.hooks import HOOK_SPECS
 from ..contract.identifiers import identifier
 from .messages import message_problem
 from .selection import classify_selection
-from .state import summary_failure
+from .state import blocked_reasons, cooldown_ended_at, live_state, summary_failure
+from .summary_usage import SummaryUsage, session_db_path
 from .usage import parse_usage
 
 Handler = Callable[..., None]
@@ -45,7 +48,7 @@ def _set_model(mem, model) -> bool:
     return False
 
 
-def on_session_start(_w, mem, _label, ev, _row, attrs) -> None:
+def on_session_start(w, mem, _label, ev, row, attrs) -> None:
     session = _arg(ev, 0, "session_id")
     if session is not None:
         mem.session_id = identifier(session)
@@ -53,24 +56,174 @@ def on_session_start(_w, mem, _label, ev, _row, attrs) -> None:
     if isinstance(reason, str):
         attrs[a.SESSION_BOUNDARY_REASON] = identifier(reason)
     _set_model(mem, ev.kwargs.get("model"))
+    _summary_usage_begin(mem, ev.engine)
+    track_blocked(w, mem, ev.engine, row)
 
 
-def bind_session_state(_w, mem, _label, ev, _row, _attrs) -> None:
+def bind_session_state(w, mem, _label, ev, row, _attrs) -> None:
     session = _arg(ev, 1, "session_id")
     if session:
         mem.session_id = identifier(session)
+    _summary_usage_begin(mem, ev.engine)
+    track_blocked(w, mem, ev.engine, row)
 
 
 def update_model(w, mem, _label, ev, row, attrs) -> None:
     model = _arg(ev, 0, "model")
     if _set_model(mem, model):
         attrs[a.REQUEST_MODEL] = identifier(model)
-    w.state_columns(mem, ev.extra, row)
+    _state_columns(w, mem, ev.extra, row)
+    track_blocked(w, mem, ev.engine, row)
 
 
 def on_session_reset(w, mem, _label, ev, row, _attrs) -> None:
     mem.last_selection = None
-    w.state_columns(mem, ev.extra, row)
+    mem.compacted = False
+    _state_columns(w, mem, ev.extra, row)
+    track_blocked(w, mem, ev.engine, row)
+
+
+def _state_columns(w, mem, raw_state, row) -> None:
+    """The engine's state numbers into the row, remembered for the decisions that follow."""
+    w.state_columns(mem, raw_state, row)
+    if row.get("prompt_tokens") is not None:
+        mem.last_prompt = row["prompt_tokens"]
+    if row.get("threshold_tokens") is not None:
+        mem.last_threshold = row["threshold_tokens"]
+
+
+# -- automatic compression blocked ------------------------------------------------------------
+
+
+def track_blocked(w, mem, engine, row) -> None:
+    """A store row when a block (worker.state.blocked_reasons) begins or ends. A summary cooldown
+    ends at the engine's own deadline, which is the row's time even when it is noticed later."""
+    now = time.monotonic()
+    reasons, _ = blocked_reasons(engine, now)
+    current = mem.blocked
+    if not reasons and not current:
+        return
+    if reasons == frozenset(current):
+        return
+    started: Dict[str, float] = dict(current) if isinstance(current, dict) else {}
+    for reason in sorted(reasons - started.keys()):
+        started[reason] = row["ts"]
+        w.event_row(mem, row, "compress", v.EVENT_COMPRESSION_BLOCKED, v.BLOCK_STARTED, reason, None)
+    for reason in sorted(started.keys() - reasons):
+        ts = row["ts"]
+        if reason == v.BLOCKED_SUMMARY_COOLDOWN:
+            ended = cooldown_ended_at(engine, now)
+            if ended is not None:
+                ts = min(ts, time.time() - (now - ended))
+        began = started.pop(reason)
+        w.event_row(mem, {"ts": ts}, "compress", v.EVENT_COMPRESSION_BLOCKED, v.BLOCK_ENDED, reason,
+                    max(ts - began, 0.0))
+    mem.blocked = started
+
+
+# -- the summary model's usage (Hermes' own records, read-only) ---------------------------------
+
+
+def _summary_usage_begin(mem, engine) -> None:
+    if mem.session_id is None:
+        return
+    if mem.aux is None or mem.aux.path != session_db_path(engine):
+        path = session_db_path(engine)
+        if path is None:
+            return
+        if mem.aux is not None:
+            mem.aux.close()
+        mem.aux = SummaryUsage(path)
+    if mem.aux.session != mem.session_id:
+        mem.aux.begin(mem.session_id)
+
+
+# -- compression decisions ----------------------------------------------------------------------
+
+
+def _plain_int(value) -> Optional[int]:
+    return value if type(value) is int else int(value) if type(value) is float and value == value and abs(value) < 2 ** 53 else None
+
+
+def _answer(result):
+    """(True/False or None when not readable, the engine's reason or None) of a decision hook's
+    return value, without running engine code (no __bool__ of an engine object)."""
+    if type(result) is bool:
+        return result, None
+    if result is None:
+        return False, None
+    if type(result) in (int, float, str):
+        return bool(result), None
+    if type(result) is dict:     # should_compress_info on hosts that call it
+        for key in ("should_compress", "compress", "decision", "result"):
+            if key in result and type(result[key]) is bool:
+                reason = result.get("reason")
+                return result[key], (identifier(reason) if type(reason) is str and reason else None)
+        return None, None
+    if type(result) in (tuple, list) and result and type(result[0]) is bool:
+        reason = result[1] if len(result) > 1 else None
+        return result[0], (identifier(reason) if type(reason) is str and reason else None)
+    return None, None
+
+
+def compression_check(w, mem, label, ev, row, attrs) -> None:
+    """should_compress, should_compress_preflight, should_compress_info,
+    should_defer_preflight_to_real_usage: what was asked, the threshold, the answer and why."""
+    hook = HOOK_SPECS[ev.hook].name
+    engine = ev.engine
+    if mem.aux is not None and mem.session_id is not None and mem.aux.session != mem.session_id:
+        mem.aux.begin(mem.session_id)
+    track_blocked(w, mem, engine, row)
+    if ev.exc is not None:
+        return
+    live = live_state(engine, mem.engine_class)
+    threshold = _plain_int(live[1]) if live else mem.last_threshold
+    if threshold is None:
+        threshold = mem.last_threshold
+    source = v.CHECKED_FROM_ARGUMENT
+    if hook == "should_defer_preflight_to_real_usage":
+        tokens = _plain_int(_arg(ev, 0, "rough_tokens"))
+    elif hook == "should_compress_preflight":
+        messages = _arg(ev, 0, "messages")
+        tokens = w.tokens_for(mem).count_messages(as_messages(messages)) if type(messages) is list else None
+    else:
+        given = _arg(ev, 0, "prompt_tokens")
+        if given is None and not ev.args:
+            given = ev.kwargs.get("tokens")
+        tokens = _plain_int(given)
+        if given is None:   # the engine uses its own last_prompt_tokens: as last copied, else as it is now
+            source = v.CHECKED_FROM_STATE
+            tokens = mem.last_prompt if mem.last_prompt is not None else (_plain_int(live[0]) if live else None)
+    answer, reason = _answer(ev.result)
+    if answer is None:
+        return
+    if hook == "should_defer_preflight_to_real_usage":
+        decision = v.DECISION_DEFER if answer else v.DECISION_ESTIMATE
+    else:
+        decision = v.DECISION_COMPRESS if answer else v.DECISION_SKIP
+    over = tokens is not None and threshold is not None and tokens >= threshold
+    if reason is None and tokens is not None and threshold is not None:
+        if not over:
+            reason = v.DECISION_BELOW_THRESHOLD
+        elif decision in (v.DECISION_SKIP, v.DECISION_ESTIMATE) and mem.blocked:
+            # at/above the threshold while the engine blocks automatic compression: that is why
+            # (0.19.0's host then does not even ask should_compress during a summary cooldown)
+            reason = attrs[a.BLOCKED_REASON] = sorted(mem.blocked)[0]
+        elif decision == v.DECISION_SKIP:
+            reason = v.DECISION_BLOCKED_UNKNOWN
+        else:
+            reason = v.DECISION_AT_THRESHOLD
+    row["decision"] = attrs[a.DECISION] = decision
+    if reason is not None:
+        row["reason"] = attrs[a.DECISION_REASON] = reason
+    if tokens is not None:
+        row["checked_tokens"] = attrs[a.CHECKED_TOKENS] = tokens
+        attrs[a.CHECKED_TOKENS_SOURCE] = source
+    if threshold is not None:
+        row["threshold_tokens"] = attrs[a.THRESHOLD_TOKENS] = threshold
+    if live and _plain_int(live[2]) is not None:
+        row["window_tokens"] = _plain_int(live[2])
+    w.count("compression_checks", engine=label, hook=hook, decision=decision)
 
 
 def update_from_response(w, mem, label, ev, row, attrs) -> None:
@@ -85,7 +238,20 @@ def update_from_response(w, mem, label, ev, row, attrs) -> None:
         attrs[a.USAGE_INPUT_TOKENS] = values["prompt"]
     if "completion" in values:
         attrs[a.USAGE_OUTPUT_TOKENS] = values["completion"]
-    w.state_columns(mem, ev.extra, row)
+    prompt = values.get("prompt")
+    if prompt:
+        cache_read = values.get("cache_read", 0)
+        attrs[a.CACHE_READ_RATIO] = round(cache_read / prompt, 4)
+        if mem.compacted:
+            # the first response after a compaction: the changed prefix had to be cached again
+            cache_write = values.get("cache_write", 0)
+            rewrite = cache_write if cache_write > 0 else max(prompt - cache_read, 0)
+            mem.compacted = False
+            row["cache_rewrite_tokens"] = attrs[a.CACHE_REWRITE_TOKENS] = rewrite
+            if rewrite:
+                w.count("cache_rewrite_tokens", rewrite, engine=label)
+    _state_columns(w, mem, ev.extra, row)
+    track_blocked(w, mem, ev.engine, row)
 
 
 def compress(w, mem, label, ev, row, attrs) -> None:
@@ -135,7 +301,13 @@ def compress(w, mem, label, ev, row, attrs) -> None:
                    "(%s, cause: %s); counted in hermes_context_compression_summary_failures_total, "
                    "later ones are not logged", mem.name, kind, cause)
         w.event_row(mem, row, "compress", v.EVENT_SUMMARY_FAILURE, kind, cause, row["duration_s"])
-    w.state_columns(mem, capture.state, row)
+    if ev.exc is None:
+        _summary_model(w, mem, label, capture.summary, outcome == v.COMPRESSED or failed_summary is not None,
+                       row, attrs)
+    if outcome == v.COMPRESSED and (failed_summary is None or failed_summary[0] != v.ABORTED):
+        mem.compacted = True      # (an aborted one hands the host its list unchanged: no new prefix)
+    _state_columns(w, mem, capture.state, row)
+    track_blocked(w, mem, ev.engine, row)
     w.record(w.instruments.compression_duration, row["duration_s"], {"engine": label})
     if capture.late:
         # counted as outcome=timeout when the deadline passed; now it is over
@@ -149,6 +321,29 @@ def compress(w, mem, label, ev, row, attrs) -> None:
             w.record(w.instruments.compression_tokens, row[f"tokens_{stage}"], {"engine": label, "stage": stage})
             w.record(w.instruments.compression_messages, row[f"messages_{stage}"],
                      {"engine": label, "stage": stage})
+
+
+def _summary_model(w, mem, label, summary: Optional[tuple], summarised: bool, row, attrs) -> None:
+    """The summary model (and provider) of a compress() call, and its tokens where Hermes recorded
+    them (summary_usage.py); else the model the engine names (summary_model, "" meaning its main
+    model), for a call that summarised (compressed, or reported a failed summary)."""
+    used = mem.aux.take(mem.session_id) if mem.aux is not None and mem.session_id is not None else None
+    if used is not None:
+        model, provider, tokens = used
+        for token_type, n in tokens.items():
+            if n:
+                w.count("summary_tokens", n, engine=label, token_type=token_type)
+        row["summary_input_tokens"] = attrs[a.SUMMARY_INPUT_TOKENS] = tokens["prompt"]
+        row["summary_output_tokens"] = attrs[a.SUMMARY_OUTPUT_TOKENS] = tokens["completion"]
+    elif summarised and summary is not None and len(summary) >= 7:
+        override, main, provider = summary[4:7]
+        model = override if type(override) is str and override else main
+    else:
+        return
+    if type(model) is str and model and model != "unknown":
+        row["summary_model"] = attrs[a.SUMMARY_MODEL] = identifier(model)
+    if type(provider) is str and provider:
+        row["summary_provider"] = attrs[a.SUMMARY_PROVIDER] = identifier(provider)
 
 
 def select_context(w, mem, label, ev, row, attrs) -> None:
@@ -217,3 +412,6 @@ HANDLERS: Dict[str, Handler] = {
     for fn in (on_session_start, bind_session_state, update_model, on_session_reset, update_from_response,
                compress, select_context, record_timeout_failure, handle_tool_call)
 }
+for _hook in ("should_compress", "should_compress_preflight", "should_compress_info",
+              "should_defer_preflight_to_real_usage"):
+    HANDLERS[_hook] = compression_check

@@ -6,7 +6,8 @@ from typing import Any, Optional
 
 
 class EngineMemory:
-    __slots__ = ("name", "engine_class", "session_id", "hooks_seen", "last_selection", "model", "tokens")
+    __slots__ = ("name", "engine_class", "session_id", "hooks_seen", "last_selection", "model", "tokens",
+                 "last_prompt", "last_threshold", "blocked", "compacted", "aux")
 
     def __init__(self, name: str, engine_class: type = object) -> None:
         self.name = name                   # the inner engine's name (spans, rows, the engine label)
@@ -16,3 +17,8 @@ class EngineMemory:
         self.last_selection: Optional[tuple] = None   # the items select_context sent last
         self.model: Optional[str] = None
         self.tokens: Any = None            # the token counter for the model's encoding
+        self.last_prompt: Optional[int] = None      # last_prompt_tokens as last copied on the hook path
+        self.last_threshold: Optional[int] = None   # threshold_tokens, likewise
+        self.blocked: dict = {}            # BLOCKED_REASONS active at the last look -> when each began (epoch s)
+        self.compacted = False             # a compaction happened; the next usage shows the cache rewrite
+        self.aux: Any = None               # handlers.SummaryUsage: Hermes' usage records of the summary model

@@ -100,3 +100,13 @@ def cooldown_ended_at(engine, now_monotonic: float) -> Optional[float]:
     except Exception:
         return None
     return float(until) if _number(until) and 0 < until <= now_monotonic else None
+
+
+def live_state(engine, engine_class: type) -> Optional[Tuple[float, float, float]]:
+    """The STATE_FIELDS numbers as the engine holds them now (instance dict, then plain class
+    attributes; no engine code), or None."""
+    try:
+        state = object.__getattribute__(engine, "__dict__")
+        return resolve(engine_class, tuple(state.get(name, MISSING) for name in STATE_FIELDS))
+    except Exception:
+        return None

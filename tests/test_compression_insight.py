@@ -1,0 +1,291 @@
+"""Issue 15 items 1-4 through a real Hermes 0.19.0 ``AIAgent`` against the fake LLM server on
+127.0.0.1 (tests/fake_llm_server.py): every compression decision, the blocked state, the summary
+model and its tokens, the prompt-cache read ratio and the rewrite after a compaction.
+
+Three summarisers: a healthy, cache-reporting one that names its own model; one that answers
+401 (the built-in aborts the compaction and pauses summaries: automatic compression is blocked);
+a slow one (2 s per summary). The Hermes home has a real SessionDB (as the CLI and the gateway
+do), so Hermes records the summariser's usage itself, which the worker reads read-only.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata as md
+import os
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import observed_engine
+from observed_engine import plugin as plugin_side
+from support.otel import Providers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_llm_server import FakeLLMServer  # noqa: E402
+
+MODEL = "fake-model"
+SUMMARISER = "fake-summariser"
+CONTEXT_LENGTH = 64_000      # threshold 85 % = 54,400 tokens
+THRESHOLD = 54_400
+GROUP = "hermes_agent.plugins"
+
+
+@pytest.fixture
+def hermes_env(tmp_path, monkeypatch):
+    home = tmp_path / "hermes-home"
+    home.mkdir()
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    for var in list(os.environ):
+        if var.startswith("OTEL_") or var.endswith("_API_KEY") or var in ("HERMES_SAFE_MODE",):
+            monkeypatch.delenv(var, raising=False)
+    import hermes_cli.plugins as hp
+    import plugins.context_engine as pce
+
+    monkeypatch.setattr(hp, "_plugin_manager", None)                 # fresh plugin discovery
+    (tmp_path / "context_engine").mkdir()
+    monkeypatch.setattr(pce, "_CONTEXT_ENGINE_PLUGINS_DIR", tmp_path / "context_engine")
+    before = {n for n in sys.modules if n.startswith("plugins.context_engine.")}
+    if not any(ep.name == "observed" for ep in md.entry_points(group=GROUP)):
+        ep = md.EntryPoint(name="observed", value="observed_engine.hermes_plugin", group=GROUP)
+        real = md.entry_points
+
+        def entry_points(**params):
+            if params:
+                return md.EntryPoints(list(real(**params)) + list(md.EntryPoints([ep]).select(**params)))
+            groups = real()
+            flat = [e for eps in groups.values() for e in eps] if isinstance(groups, dict) else list(groups)
+            return md.EntryPoints(flat + [ep])
+        monkeypatch.setattr(md, "entry_points", entry_points)
+    providers = Providers()
+    monkeypatch.setattr(plugin_side, "build_engine", functools.partial(
+        plugin_side.build_engine, tracer_provider=providers.tracer_provider,
+        meter_provider=providers.meter_provider))
+    observed_engine.shutdown(5)
+    _forget_unhealthy_providers()
+    yield home, providers
+    _forget_unhealthy_providers()
+    observed_engine.shutdown(5)
+    providers.shutdown()
+    for name in [n for n in sys.modules if n.startswith("plugins.context_engine.") and n not in before]:
+        sys.modules.pop(name, None)
+
+
+def _forget_unhealthy_providers() -> None:
+    """Hermes keeps, per process, the auxiliary providers that failed (a 401 marks one unhealthy)
+    and cached clients: one test's failing summariser must not be the next test's."""
+    import agent.auxiliary_client as aux
+
+    aux._reset_aux_unhealthy_cache()
+    with aux._client_cache_lock:
+        aux._client_cache.clear()
+
+
+def _config(home: Path, llm: FakeLLMServer) -> None:
+    (home / "config.yaml").write_text(
+        "model:\n"
+        f"  default: {MODEL}\n  provider: custom\n  base_url: {llm.base_url}\n  context_length: {CONTEXT_LENGTH}\n"
+        "context:\n  engine: observed\n"
+        "compression:\n  protect_first_n: 1\n  protect_last_n: 2\n"
+        "plugins:\n  enabled:\n    - observed\n"
+        "observed:\n  inner: compressor\n",
+        encoding="utf-8",
+    )
+
+
+def _agent(llm: FakeLLMServer):
+    from hermes_state import SessionDB
+    from run_agent import AIAgent
+
+    return AIAgent(base_url=llm.base_url, api_key="sk-fake", provider="custom", model=MODEL,
+                   quiet_mode=True, skip_context_files=True, skip_memory=True, enabled_toolsets=[],
+                   max_iterations=4, save_trajectories=False, session_db=SessionDB())
+
+
+def _chat(agent, turns: int = 8):
+    history = None
+    prompts = []
+    for i in range(turns):
+        result = agent.run_conversation(f"Question {i + 1}: go on. " + "detail " * 300, conversation_history=history)
+        history = result.get("messages")
+        prompts.append(vars(agent.context_compressor).get("last_prompt_tokens"))
+    return prompts
+
+
+def _rows(home: Path):
+    conn = sqlite3.connect(f"file:{home / 'observed' / 'telemetry.sqlite'}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM events ORDER BY ts, id")]
+    finally:
+        conn.close()
+
+
+def _blocked(providers: Providers):
+    return {(a["engine"], a["reason"]): p.value for a, p in providers.points("hermes.context.compression.blocked")}
+
+
+def test_decisions_summary_model_and_cache_rewrite_healthy_cache_reporting(hermes_env):
+    home, providers = hermes_env
+    with FakeLLMServer(model=MODEL, context_length=CONTEXT_LENGTH, cache=True, summary_model=SUMMARISER) as llm:
+        _config(home, llm)
+        agent = _agent(llm)
+        _chat(agent)
+        assert agent.context_compressor.compression_count >= 1
+    providers.flush()
+    rows = _rows(home)
+
+    # 1. every decision: tokens asked about, the threshold then, the answer and why
+    decisions = [r for r in rows if r["hook"] in ("should_compress", "should_defer_preflight_to_real_usage")
+                 and r["event"] == "call"]
+    assert decisions and all(r["decision"] is not None and r["checked_tokens"] is not None
+                             and r["threshold_tokens"] == THRESHOLD for r in decisions)
+    should = [r for r in decisions if r["hook"] == "should_compress"]
+    assert {r["decision"] for r in should} == {"compress", "skip"}
+    assert {r["decision"] for r in decisions if r["hook"] != "should_compress"} <= {"defer", "estimate"}
+    fired = next(r for r in should if r["decision"] == "compress")
+    assert fired["checked_tokens"] >= THRESHOLD and fired["reason"] == "at_or_above_threshold"
+    assert all(r["reason"] == "below_threshold" and r["checked_tokens"] < THRESHOLD
+               for r in should if r["decision"] == "skip")
+    checks = providers.by_label("hermes.context.compression.checks", "decision")
+    assert checks["compress"] >= 1 and checks["skip"] >= 1 and checks["estimate"] >= 1
+    assert sum(checks.values()) == len(decisions)
+    spans = [s for s in providers.exporter.get_finished_spans() if s.name == "context_engine.should_compress"]
+    span = next(s for s in spans if s.attributes.get("hermes.context.decision") == "compress")
+    assert span.attributes["hermes.context.checked_tokens"] == fired["checked_tokens"]
+    assert span.attributes["hermes.context.checked_tokens.source"] == "argument"
+    assert span.attributes["hermes.context.threshold_tokens"] == THRESHOLD
+
+    # 3. the summariser: model and provider as Hermes recorded them, its tokens
+    compress = next(r for r in rows if r["hook"] == "compress" and r["outcome"] == "compressed")
+    assert compress["summary_model"] == SUMMARISER          # response.model, not the main model
+    assert compress["summary_provider"]
+    assert compress["summary_input_tokens"] > 1000 and compress["summary_output_tokens"] > 0
+    with sqlite3.connect(home / "state.db") as db:
+        recorded = db.execute("SELECT SUM(input_tokens), SUM(output_tokens) FROM session_model_usage "
+                              "WHERE task = 'compression'").fetchone()
+    assert (compress["summary_input_tokens"], compress["summary_output_tokens"]) == tuple(recorded)
+    tokens = providers.by_label("hermes.context.compression.summary_tokens", "token_type")
+    assert tokens["prompt"] == recorded[0] and tokens["completion"] == recorded[1]
+    cspan = next(s for s in providers.exporter.get_finished_spans() if s.name == "context_engine.compress"
+                 and s.attributes.get("hermes.context.compress.outcome") == "compressed")
+    assert cspan.attributes["hermes.context.summary.model"] == SUMMARISER
+    assert cspan.attributes["hermes.context.summary.input_tokens"] == recorded[0]
+
+    # 4. cache: the read ratio per response, the rewrite after the compaction
+    usage = [r for r in rows if r["hook"] == "update_from_response"]
+    assert usage[1]["cache_read_tokens"] > 0
+    uspans = [s for s in providers.exporter.get_finished_spans() if s.name == "context_engine.update_from_response"]
+    ratios = [s.attributes.get("hermes.context.cache_read_ratio") for s in uspans]
+    assert ratios[0] == 0 and all(0 < r <= 1 for r in ratios[1:])
+    after = [r for r in usage if r["ts"] > compress["ts"]]
+    rewrite = after[0]
+    assert rewrite["cache_rewrite_tokens"] == rewrite["input_tokens"] - rewrite["cache_read_tokens"] > 5000
+    assert all(r["cache_rewrite_tokens"] is None for r in after[1:] + [r for r in usage if r["ts"] < compress["ts"]])
+    assert providers.total("hermes.context.compaction.cache_rewrite_tokens") == rewrite["cache_rewrite_tokens"]
+    # 2. nothing blocked in a healthy run
+    assert set(_blocked(providers).values()) == {0}
+    assert not [r for r in rows if r["event"] == "compression_blocked"]
+
+
+def test_failing_summariser_blocks_compression_and_says_why(hermes_env):
+    """A 401 from the summariser: the built-in aborts, pauses summaries; the prompt outgrows the
+    window while the host no longer asks should_compress. The gauge, the store rows and the
+    decisions say why; /new (reset_session_state) lifts the block and the row says so."""
+    home, providers = hermes_env
+    with FakeLLMServer(model=MODEL, context_length=CONTEXT_LENGTH, summary_status=401) as llm:
+        _config(home, llm)
+        agent = _agent(llm)
+        prompts = _chat(agent, turns=9)
+        assert llm.summary_requests and agent.context_compressor.compression_count == 0
+        assert max(prompts) > CONTEXT_LENGTH          # grown past the window
+        providers.flush()
+        assert _blocked(providers)[("compressor", "summary_cooldown")] == 1
+        assert {v for k, v in _blocked(providers).items() if k[1] != "summary_cooldown"} == {0}
+        rows = _rows(home)
+        started = [r for r in rows if r["event"] == "compression_blocked"]
+        assert [(r["outcome"], r["reason"]) for r in started] == [("started", "summary_cooldown")]
+        failure = next(r for r in rows if r["event"] == "summary_failure")
+        assert (failure["outcome"], failure["reason"]) == ("aborted", "auth")
+        assert abs(started[0]["ts"] - failure["ts"]) < 1
+        # every decision over the threshold after the failure names the block
+        later = [r for r in rows if r["decision"] and r["ts"] > failure["ts"] and r["checked_tokens"] >= THRESHOLD]
+        assert later and all(r["reason"] == "summary_cooldown" and r["decision"] in ("skip", "estimate")
+                             for r in later)
+        compress = next(r for r in rows if r["hook"] == "compress" and r["event"] == "call")
+        assert compress["summary_model"] == MODEL and compress["summary_input_tokens"] is None
+
+        t_reset = time.time()
+        agent.session_id = "after-new"                # what /new does: a new session id, then the reset
+        agent.reset_session_state()                   # (the same id would reload the durable cooldown)
+        agent.run_conversation("Question after /new", conversation_history=None)
+    providers.flush()
+    assert set(_blocked(providers).values()) == {0}
+    ended = [r for r in _rows(home) if r["event"] == "compression_blocked" and r["outcome"] == "ended"]
+    assert len(ended) == 1 and ended[0]["reason"] == "summary_cooldown"
+    assert ended[0]["ts"] >= t_reset and ended[0]["duration_s"] > 0
+
+
+def test_slow_summariser_still_shows_its_model_tokens_and_latency(hermes_env):
+    home, providers = hermes_env
+    with FakeLLMServer(model=MODEL, context_length=CONTEXT_LENGTH, summary_delay=2.0) as llm:
+        _config(home, llm)
+        agent = _agent(llm)
+        _chat(agent)
+    providers.flush()
+    compress = next(r for r in _rows(home) if r["hook"] == "compress" and r["outcome"] == "compressed")
+    assert compress["duration_s"] >= 2.0
+    assert compress["summary_model"] == MODEL and compress["summary_input_tokens"] > 1000
+    assert providers.total("hermes.context.compression.summary_tokens", token_type="completion") > 0
+
+
+def test_a_cooldown_that_runs_out_ends_at_the_engines_deadline(prov, observe_engine, store_path):
+    """The end row of a summary cooldown carries the engine's own deadline as its time, even when
+    the worker only notices it at the next call (the state is set as compress() sets it)."""
+    from support.builtin import compressor
+
+    engine = observe_engine(compressor())
+    engine.update_model(model="gpt-4o", context_length=64_000)
+    engine.on_session_start("sess-cd", model="gpt-4o")
+    vars(engine)["_summary_failure_cooldown_until"] = time.monotonic() + 0.3
+    deadline = time.time() + 0.3
+    engine.update_from_response({"prompt_tokens": 60_000, "completion_tokens": 1, "total_tokens": 60_001})
+    assert engine.should_compress(60_000) is False        # the built-in: blocked
+    observed_engine.flush(10)                             # (the worker looks while it is)
+    time.sleep(0.6)
+    assert engine.should_compress(60_000) is True
+    observed_engine.flush(10)
+    with sqlite3.connect(store_path) as db:
+        db.row_factory = sqlite3.Row
+        blocked = [dict(r) for r in db.execute("SELECT * FROM events WHERE event='compression_blocked' ORDER BY ts")]
+        decisions = [dict(r) for r in db.execute("SELECT * FROM events WHERE hook='should_compress' ORDER BY ts")]
+    assert [(r["outcome"], r["reason"]) for r in blocked] == [("started", "summary_cooldown"), ("ended", "summary_cooldown")]
+    assert abs(blocked[1]["ts"] - deadline) < 0.05 and decisions[1]["ts"] - blocked[1]["ts"] > 0.2
+    assert [(r["decision"], r["reason"]) for r in decisions] == [("skip", "summary_cooldown"),
+                                                                 ("compress", "at_or_above_threshold")]
+
+
+def test_should_compress_without_tokens_reports_the_state_the_engine_used(prov, observe_engine, store_path):
+    from support.builtin import compressor
+
+    engine = observe_engine(compressor())
+    engine.update_model(model="gpt-4o", context_length=64_000)
+    engine.update_from_response({"prompt_tokens": 57_600, "completion_tokens": 1, "total_tokens": 57_601})
+    vars(engine)["_ineffective_compression_count"] = 2          # as update_from_response sets it
+    assert engine.should_compress() is False
+    observed_engine.flush(10)
+    vars(engine)["_ineffective_compression_count"] = 0
+    assert engine.should_compress() is True
+    observed_engine.flush(10)
+    with sqlite3.connect(store_path) as db:
+        rows = db.execute("SELECT checked_tokens, threshold_tokens, decision, reason FROM events "
+                          "WHERE hook='should_compress' ORDER BY ts").fetchall()
+    threshold = engine.threshold_tokens
+    assert rows == [(57_600, threshold, "skip", "ineffective_compression"),
+                    (57_600, threshold, "compress", "at_or_above_threshold")]
+    spans = [s for s in prov.exporter.get_finished_spans() if s.name == "context_engine.should_compress"]
+    assert spans[0].attributes["hermes.context.checked_tokens.source"] == "state"
+    assert spans[0].attributes["hermes.context.compression.blocked_reason"] == "ineffective_compression"
