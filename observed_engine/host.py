@@ -203,12 +203,14 @@ def plugin_gates() -> Dict[str, Any]:
     functions where this Hermes has them): ``safe_mode`` (``HERMES_SAFE_MODE``: no plugin
     discovery at all), ``enabled`` (``plugins.enabled`` as a set; None when the key is missing
     or not a list: nothing is enabled) and ``disabled`` (``plugins.disabled``, which wins)."""
-    try:
-        from utils import env_var_enabled
+    safe_mode = False
+    if _honours_safe_mode():
+        try:
+            from utils import env_var_enabled
 
-        safe_mode = bool(env_var_enabled(SAFE_MODE_ENV))
-    except Exception:
-        safe_mode = truthy(os.environ.get(SAFE_MODE_ENV), False)
+            safe_mode = bool(env_var_enabled(SAFE_MODE_ENV))
+        except Exception:
+            safe_mode = truthy(os.environ.get(SAFE_MODE_ENV), False)
     try:
         from hermes_cli.plugins import _get_disabled_plugins, _get_enabled_plugins
 
@@ -222,6 +224,27 @@ def plugin_gates() -> Dict[str, Any]:
         disabled = set(raw_disabled) if isinstance(raw_disabled, list) else set()
     return {"safe_mode": safe_mode, "enabled": None if enabled is None else set(enabled),
             "disabled": set(disabled or ())}
+
+
+_SAFE_MODE_SUPPORT: Dict[str, bool] = {}
+
+
+def _honours_safe_mode() -> bool:
+    """Whether this Hermes' plugin discovery checks HERMES_SAFE_MODE (0.17.0 and later; 0.16.0
+    loads plugins whatever it says): its plugin module's source names the variable."""
+    try:
+        import hermes_cli.plugins as hp
+    except Exception:
+        return True
+    key = getattr(hp, "__file__", None) or ""
+    if key not in _SAFE_MODE_SUPPORT:
+        try:
+            import inspect
+
+            _SAFE_MODE_SUPPORT[key] = SAFE_MODE_ENV in inspect.getsource(hp)
+        except Exception:
+            _SAFE_MODE_SUPPORT[key] = True      # no source to read: assume a current Hermes
+    return _SAFE_MODE_SUPPORT[key]
 
 
 def plugin_gate(name: str) -> Optional[str]:

@@ -93,6 +93,9 @@ def test_gated_inner_runs_the_builtin_like_bare_hermes(gate, hermes_home, engine
     from plugins.context_engine import load_context_engine
 
     plugins_yaml, env, reason, fix = GATES[gate]
+    if env and not host._honours_safe_mode():
+        pytest.skip("this Hermes has no safe mode (0.16.0): bare Hermes loads plugins under it; "
+                    "test_safe_mode_where_hermes_has_none")
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     write_config(hermes_home, "context:\n  engine: observed\nobserved:\n  inner: gatetest\n" + plugins_yaml)
@@ -149,8 +152,31 @@ def test_plugin_gates_are_read_as_hermes_reads_them(hermes_home, monkeypatch):
     write_config(hermes_home, "plugins:\n  enabled: not-a-list\n")
     assert host.plugin_gates()["enabled"] is None                    # Hermes: nothing enabled
     monkeypatch.setenv("HERMES_SAFE_MODE", "true")
-    assert host.plugin_gates()["safe_mode"] is True
-    assert host.plugin_gate("a").startswith("HERMES_SAFE_MODE")
+    if host._honours_safe_mode():
+        assert host.plugin_gates()["safe_mode"] is True
+        assert host.plugin_gate("a").startswith("HERMES_SAFE_MODE")
+    else:                                                            # 0.16.0: no safe mode
+        assert host.plugin_gates()["safe_mode"] is False
+        assert not host.plugin_gate("a").startswith("HERMES_SAFE_MODE")
+
+
+def test_safe_mode_is_this_hermes_own(hermes_home, engines_dir, gated_plugin, monkeypatch):
+    """The safe-mode gate exists where this Hermes' plugin discovery has it (0.17.0 and later);
+    either way the observed engine's inner is what bare Hermes runs."""
+    from plugins.context_engine import load_context_engine
+
+    monkeypatch.setenv("HERMES_SAFE_MODE", "1")
+    write_config(hermes_home, "context:\n  engine: observed\nobserved:\n  inner: gatetest\n"
+                              "plugins:\n  enabled: [gatetest]\n")
+    import hermes_cli.plugins as hp
+    source = Path(hp.__file__).read_text(encoding="utf-8")
+    assert host._honours_safe_mode() == ("HERMES_SAFE_MODE" in source)
+    bare = host.simulate_selection("gatetest")
+    engine = load_context_engine("observed")
+    if bare["engine"] is None:
+        assert host._honours_safe_mode() and type(engine).__name__ == "ContextCompressor"
+    else:
+        assert not host._honours_safe_mode() and type(engine).__name__ == type(bare["engine"]).__name__
 
 
 def test_doctor_names_the_gate_and_its_fix(hermes_home, engines_dir, gated_plugin, monkeypatch):
