@@ -27,6 +27,7 @@ from ..contract.identifiers import identifier
 from ..contract.store_schema import make_row
 from .handlers import HANDLERS
 from .memory import EngineMemory
+from .spans import DirectSpans
 from .state import resolve
 
 logger = logging.getLogger("observed_engine")
@@ -54,6 +55,7 @@ class EventProcessor:
         self.settings = pipeline.settings
         self.instruments = pipeline.instruments
         self.tracer = pipeline.tracer
+        self._direct_spans = DirectSpans(self.tracer)    # spans opened and closed at once, cheaply
         self.capture = self.settings.capture_content
         self.memories: Dict[int, EngineMemory] = {}
         self._engine_labels: set = set()
@@ -274,7 +276,11 @@ class EventProcessor:
                     return
                 span.set_attributes(base)
             else:
-                span = self.tracer.start_span(a.hook_span_name(spec.name), context=ev.span_or_parent,
+                name = a.hook_span_name(spec.name)
+                if ev.exc is None and self._direct_spans.emit(name, ev.span_or_parent, base,
+                                                              self._epoch(ev.t0), self._epoch(ev.t1)):
+                    return
+                span = self.tracer.start_span(name, context=ev.span_or_parent,
                                               start_time=self._epoch(ev.t0), attributes=base)
             if ev.exc is not None:
                 self._record_exception(span, ev.exc, ev.t1)

@@ -1,0 +1,93 @@
+"""Spans the worker opens and closes at once, built as the exporters see them.
+
+For a hook that is not a live span the worker knows everything at once: name, parent, start,
+end, attributes. The SDK's ``Tracer.start_span`` + ``Span.end`` builds a mutable ``Span`` (bounded
+attributes checked one by one, a lock, the processors' ``on_start``), then copies it into a
+``ReadableSpan`` for the processors' ``on_end``: most of the worker's CPU per event. When the
+tracer is the SDK's own and every span processor is one of its exporting processors (whose
+``on_start`` does nothing), :class:`DirectSpans` asks the provider's sampler and id generator as
+``start_span`` does and hands the processors the ``ReadableSpan`` directly: same name, ids,
+parent, resource, scope, times, attributes and sampling. Otherwise (another SDK, a processor of
+the caller's own, the SDK's internal metrics switched on, a tracer configured off) ``emit``
+returns False and the worker uses ``start_span``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from opentelemetry import trace as trace_api
+
+_PLAIN = (str, bool, int, float)
+
+
+class DirectSpans:
+    def __init__(self, tracer: Any) -> None:
+        self._tracer = tracer
+        self._usable = False
+        self._checked_processors: Optional[tuple] = None
+        self._sdk = None
+        try:
+            from opentelemetry.sdk import trace as sdk_trace
+            from opentelemetry.sdk.trace import export as sdk_export
+            from opentelemetry.sdk.trace._tracer_metrics import NoOpTracerMetrics
+        except Exception:  # pragma: no cover - an SDK without these names: the SDK path
+            return
+        if type(tracer) is not sdk_trace.Tracer:
+            return
+        self._sdk = sdk_trace
+        self._exporting = (sdk_export.BatchSpanProcessor, sdk_export.SimpleSpanProcessor)
+        self._noop_metrics = NoOpTracerMetrics
+        self._usable = True
+
+    def _ready(self) -> bool:
+        """The conditions above, re-checked cheaply: processors may be added to a provider later."""
+        if not self._usable:
+            return False
+        tracer = self._tracer
+        multi = getattr(tracer, "span_processor", None)
+        processors = getattr(multi, "_span_processors", None)
+        if processors is None:
+            return False
+        if processors is not self._checked_processors:
+            ok = type(multi) in (self._sdk.SynchronousMultiSpanProcessor, self._sdk.ConcurrentMultiSpanProcessor) \
+                and all(isinstance(p, self._exporting) for p in processors)
+            self._checked_processors = processors if ok else None
+            if not ok:
+                return False
+        return isinstance(getattr(tracer, "_tracer_metrics", None), self._noop_metrics) and tracer._is_enabled()
+
+    def emit(self, name: str, parent_context, attributes: Dict[str, Any], start_ns: int, end_ns: int) -> bool:
+        """Hand the processors the finished span; False when the worker must use ``start_span``."""
+        if not self._ready():
+            return False
+        for value in attributes.values():
+            if type(value) not in _PLAIN:
+                return False            # let the SDK check and convert anything else
+        tracer = self._tracer
+        parent = trace_api.get_current_span(parent_context).get_span_context()
+        if parent is None or not parent.is_valid:
+            parent = None
+            trace_id = tracer.id_generator.generate_trace_id()
+            random_trace_id = tracer.id_generator.is_trace_id_random()
+        else:
+            trace_id = parent.trace_id
+            random_trace_id = parent.trace_flags.random_trace_id
+        kind = trace_api.SpanKind.INTERNAL
+        sampling = tracer.sampler.should_sample(parent_context, trace_id, name, kind, attributes, ())
+        if not sampling.decision.is_recording():
+            return True                 # what start_span gives: a non-recording span, nothing exported
+        # as start_span: the span's attributes are the sampler's (the given ones, for the SDK's samplers)
+        flags = trace_api.TraceFlags.SAMPLED if sampling.decision.is_sampled() else trace_api.TraceFlags.DEFAULT
+        if random_trace_id:
+            flags |= trace_api.TraceFlags.RANDOM_TRACE_ID
+        context = trace_api.SpanContext(trace_id, tracer.id_generator.generate_span_id(), is_remote=False,
+                                        trace_flags=trace_api.TraceFlags(flags),
+                                        trace_state=sampling.trace_state)
+        span = self._sdk.ReadableSpan(
+            name=name, context=context, parent=parent, resource=tracer.resource, attributes=sampling.attributes,
+            kind=kind, instrumentation_info=tracer.instrumentation_info, start_time=start_ns,
+            end_time=end_ns, instrumentation_scope=tracer._instrumentation_scope,
+        )
+        tracer.span_processor.on_end(span)
+        return True

@@ -1,0 +1,101 @@
+"""The worker's spans of non-live hooks, handed to the SDK's exporting processors directly
+(worker/spans.py), are the spans ``Tracer.start_span`` + ``end`` would have exported."""
+
+from __future__ import annotations
+
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+import observed_engine
+from observed_engine.api import pipeline_for
+from support.builtin import compressor
+
+USAGE = {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050}
+SETTINGS = {"store": {"enabled": False}}
+
+
+class Boom(RuntimeError):
+    pass
+
+
+def _run(tracer_provider, settings=SETTINGS):
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    engine = observed_engine.observe(compressor(), tracer_provider=tracer_provider,
+                                     meter_provider=meter_provider, settings=settings)
+    engine.on_session_start("sess-direct", model="gpt-4o")
+    for i in range(5):
+        engine.should_compress(1000 + i)
+        engine.update_from_response(USAGE)
+        engine.get_status()
+    pipeline = pipeline_for(tracer_provider, meter_provider, settings)
+    assert pipeline.flush(30)
+    pipeline.test_engine = engine      # kept alive for the test
+    return pipeline
+
+
+def _provider(*extra):
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider(resource=Resource.create({"service.name": "direct-spans-test"}))
+    for processor in extra:
+        tp.add_span_processor(processor)
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    return tp, exporter
+
+
+def _shape(span):
+    return (span.name, tuple(sorted(span.attributes.items())), span.kind, span.status.status_code,
+            dict(span.resource.attributes), span.instrumentation_scope.name,
+            span.instrumentation_scope.version, span.parent is None, span.context.trace_flags.sampled)
+
+
+def test_direct_spans_equal_the_sdk_path():
+    direct_tp, direct = _provider()
+    sdk_tp, sdk = _provider(SpanProcessor())     # a processor of the caller's own: the SDK path
+    direct_pipeline = _run(direct_tp)
+    sdk_pipeline = _run(sdk_tp)
+    assert direct_pipeline.processor._direct_spans._ready()
+    assert not sdk_pipeline.processor._direct_spans._ready()
+
+    got, want = direct.get_finished_spans(), sdk.get_finished_spans()
+    assert len(got) == len(want) >= 16
+    assert sorted(map(_shape, got)) == sorted(map(_shape, want))
+    for span in got:
+        assert span.context.is_valid and span.context.span_id and not span.context.is_remote
+        assert span.start_time <= span.end_time
+        assert span.attributes["gen_ai.conversation.id"] == "sess-direct" or span.name.endswith("on_session_start")
+    assert len({s.context.span_id for s in got}) == len(got)
+    observed_engine.shutdown(5)
+
+
+def test_direct_spans_respect_the_sampler():
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider(sampler=ALWAYS_OFF)
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    pipeline = _run(tp)
+    assert pipeline.processor._direct_spans._ready()
+    assert exporter.get_finished_spans() == ()
+    observed_engine.shutdown(5)
+
+
+def test_a_processor_added_later_switches_to_the_sdk_path():
+    tp, exporter = _provider()
+    pipeline = _run(tp)
+    assert pipeline.processor._direct_spans._ready()
+    started = []
+
+    class Started(SpanProcessor):
+        def on_start(self, span, parent_context=None):
+            started.append(span.name)
+
+    tp.add_span_processor(Started())
+    engine = pipeline.test_engine
+    engine.should_compress(1)
+    assert pipeline.flush(30)
+    assert not pipeline.processor._direct_spans._ready()
+    assert started and started[-1] == exporter.get_finished_spans()[-1].name
+    observed_engine.shutdown(5)
