@@ -37,6 +37,7 @@ SIZING = DEPLOY / "sizing.py"
 REQUIRED_ALERTS = (
     "HermesContextCompressionTimeout", "HermesContextEngineFailOpen", "HermesContextCompressionStuck",
     "HermesContextNearWindow", "HermesContextCompressionErrors", "HermesObservedTelemetryErrors",
+    "HermesContextCompressionBlocked", "HermesContextCompressionThrash", "HermesContextThresholdDeadZone",
 )
 # Images without a shell or HTTP client, so Docker cannot run a healthcheck inside them.
 NO_HEALTHCHECK_OK = {"otel/opentelemetry-collector-contrib": "binary-only image; health_check extension on :13133"}
