@@ -688,7 +688,7 @@ def test_package_imports_only_the_stdlib_and_tiktoken_lazily():
                 continue
             for root in roots:
                 where = f"{filename}:{node.lineno}: import {root}"
-                if root == "tiktoken":
+                if root in ("tiktoken", "tiktoken_ext"):   # one distribution
                     assert node not in top_level, f"{where} at import time (only lazily)"
                 else:
                     assert root in sys.stdlib_module_names, f"{where} (stdlib and tiktoken only)"
@@ -841,3 +841,31 @@ def test_helper_in_a_forked_child_is_the_childs_own(helper_counter):
     os.close(read)
     assert answer == [str(expected), "True"]
     assert tc.count_text(KNOWN_TEXT + " fork 2") == TokenCounter("o200k_base").count_text(KNOWN_TEXT + " fork 2")
+
+
+def test_helper_keeps_the_parsed_ranks_and_counts_the_same_from_them(tmp_path, session_cache):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    for name in os.listdir(session_cache):
+        if not name.startswith("observed-engine-ranks-"):
+            (cache / name).write_bytes((session_cache / name).read_bytes())
+    ranks = cache / f"observed-engine-ranks-{O200K_SHA256}.marshal"
+    local = TokenCounter("o200k_base")
+    expected = [local.count_text(t) for t in HELPER_TEXTS]
+
+    def helper_counts():
+        helper = helper_module.HelperEncoder("o200k_base", str(cache))
+        try:
+            return helper.count_batch(HELPER_TEXTS)
+        finally:
+            helper.close()
+
+    assert not ranks.exists()
+    assert helper_counts() == expected        # parsed from the .tiktoken file, then kept
+    assert ranks.exists()
+    written = ranks.read_bytes()
+    assert written.startswith(b"observed-engine ranks 1\n" + O200K_SHA256.encode())
+    assert helper_counts() == expected        # from the kept ranks
+    ranks.write_bytes(written[:-1000] + b"\0" * 1000)     # damaged: ignored, parsed again, rewritten
+    assert helper_counts() == expected
+    assert ranks.read_bytes() == written
