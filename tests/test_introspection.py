@@ -26,7 +26,7 @@ from observed_engine.capture import observed_meta
 from observed_engine.contract.events import ENGINE_META_ATTRIBUTE
 
 from support.builtin import compressor
-from support.engines import NarrowEngine, agent_transcript as transcript
+from support.engines import DuckEngine, NarrowEngine, agent_transcript as transcript
 
 HOOK_CALLS = "hermes.context_engine.hook.calls"
 
@@ -122,6 +122,20 @@ def test_a_patch_that_changes_the_signature_is_called_as_bare(observe_engine, mo
     assert inspect.signature(observed.should_compress) == inspect.signature(bare.should_compress)
     with pytest.raises(TypeError):
         observed.should_compress(1, 2)
+
+
+def test_a_patch_that_reads_the_engine_name_sees_the_engines_own(observe_engine, monkeypatch):
+    """Under the plugin's name (item 7) a patched hook's code is the engine's own code too."""
+    observed, bare = observe_engine(_built_in(), name="observed"), _built_in()
+    original = ContextCompressor.get_status
+
+    @functools.wraps(original)
+    def get_status(self):
+        return dict(original(self), patched_by=self.name)
+
+    monkeypatch.setattr(ContextCompressor, "get_status", get_status)
+    assert observed.get_status()["patched_by"] == bare.get_status()["patched_by"] == bare.name
+    assert observed.name == "observed"
 
 
 def test_a_patch_of_a_base_class_and_a_non_function_patch(observe_engine, monkeypatch):
@@ -222,7 +236,7 @@ class PicklableEngine(NarrowEngine):
 
 @pytest.mark.parametrize("protocol", range(pickle.HIGHEST_PROTOCOL + 1))
 def test_an_observed_engine_pickles_and_unpickles_bare(observe_engine, protocol):
-    for factory in (_built_in, lambda: PicklableEngine(7)):
+    for factory in (_built_in, lambda: PicklableEngine(7), lambda: DuckEngine(PicklableEngine(8))):
         bare, observed = factory(), observe_engine(factory())
         for engine in (bare, observed):
             engine.update_from_response({"prompt_tokens": 70, "completion_tokens": 7, "total_tokens": 77})
@@ -236,8 +250,10 @@ def test_an_observed_engine_pickles_and_unpickles_bare(observe_engine, protocol)
         assert observed_copy.should_compress(1) == bare_copy.should_compress(1)
         # the class by itself pickles as the inner's
         assert pickle.loads(pickle.dumps(type(observed), protocol)) is type(bare)
-        # the observed engine is unchanged
+        # the observed engine is unchanged, and the unpickled one can be observed again
         assert is_observed(observed) and type(observed) is not type(bare)
+        again = observe_engine(observed_copy)
+        assert is_observed(again) and type(again) is type(observed)
 
 
 def test_pickling_a_structure_holding_observed_engines(observe_engine):

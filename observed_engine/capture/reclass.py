@@ -9,6 +9,10 @@ each override calls the original method and records a compact event. Everything
 else -- state, class-level guards, signatures, identity of results, exceptions --
 is the inner engine's own.
 
+The hooks read what the bare engine would call from the inner's class at call time, so a
+class-level patch made after observe() reaches the observed engine too. The generated class's
+metaclass shows the engine its own class dict and pickles the class as the inner's (below).
+
 Generated classes live with their pipeline (``pipeline.generated_classes``), so a
 pipeline that is shut down takes its classes with it.
 """
@@ -216,16 +220,9 @@ def _exposed_name_property(cls, inner_cls, exposed: str, engine_abc):
     """``name``: ``exposed`` for the host (it selects the engine by it), the engine's own name for
     the engine's own code. An engine that reads ``self.name`` in its get_status() or a tool result
     (which the model reads) must not see "observed". Its code is told apart by the caller's code
-    object: one of the functions its classes define (the ABC's and ours excluded)."""
-    own_codes = set()
-    for klass in inner_cls.__mro__:
-        if klass is object or klass is engine_abc:
-            continue
-        for value in vars(klass).values():
-            for fn in _functions_in(value):
-                code = getattr(fn, "__code__", None)
-                if code is not None:
-                    own_codes.add(code)
+    object: one of the functions its classes define (the ABC's and ours excluded; a function a
+    class-level patch puts there counts from the first call of the patched hook on)."""
+    own_codes = _own_codes(inner_cls, engine_abc)
     getframe = sys._getframe
 
     def name(self):
@@ -242,7 +239,28 @@ def _exposed_name_property(cls, inner_cls, exposed: str, engine_abc):
     def set_name(self, value):       # an engine that writes self.name keeps its own name
         object.__getattribute__(self, "__dict__")["name"] = value
 
+    name.own_codes = own_codes       # (refreshed by _install_hook when the class was patched)
     return property(name, set_name, doc="Engine name the host selects by (the engine's own code sees its own).")
+
+
+def _own_codes(inner_cls, engine_abc) -> set:
+    codes = set()
+    for klass in inner_cls.__mro__:
+        if klass is object or klass is engine_abc:
+            continue
+        for value in vars(klass).values():
+            for fn in _functions_in(value):
+                code = getattr(fn, "__code__", None)
+                if code is not None:
+                    codes.add(code)
+    return codes
+
+
+def _refresh_own_codes(cls, inner_cls, engine_abc) -> None:
+    prop = _real_class_dict(cls).get("name")
+    codes = getattr(getattr(prop, "fget", None), "own_codes", None)
+    if isinstance(codes, set):
+        codes.update(_own_codes(inner_cls, engine_abc))
 
 
 def _functions_in(value):
@@ -282,6 +300,7 @@ def _install_hook(cls, inner_cls, name, pipeline, meta, state_in_instance, obser
     original, checkable = _original_caller(cls, inner_cls, name)
 
     def refresh(engine):
+        _refresh_own_codes(cls, inner_cls, meta.engine_abc)
         return _install_hook(cls, inner_cls, name, pipeline, meta, state_in_instance, observe_copy,
                              _current_signature(cls, engine, name))
 
