@@ -106,6 +106,15 @@ class EventProcessor:
             mem.tokens = token_counting.counter_for(self.settings.tokenizer, mem.model)
         return mem.tokens
 
+    def _prewarm_tokens(self, mem: EngineMemory, row: Dict[str, Any]) -> None:
+        """Half-way to the compression threshold, have the counter's helper process load the encoding
+        (it does not wait), so it is ready when the first compression is counted, loaded while the
+        host waits for its provider rather than during that compression's turn."""
+        prompt, threshold = row.get("prompt_tokens"), row.get("threshold_tokens")
+        if (type(prompt) is int and type(threshold) is int and threshold > 0 and 2 * prompt >= threshold
+                and self.settings.tokenizer != "estimate" and token_counting.helper.enabled()):
+            self.tokens_for(mem)
+
     # -- the batch loop ----------------------------------------------------------------
 
     def process_batch(self, batch: List[tuple]) -> None:
@@ -252,6 +261,8 @@ class EventProcessor:
         handler = HANDLERS.get(hook)
         if handler is not None:
             handler(self, mem, label, ev, row, attrs)
+        if mem.tokens is None and hook == "update_from_response":
+            self._prewarm_tokens(mem, row)
 
         if ev.exc is not None and spec.host_swallows:
             if not (spec.first_call_propagates and hook not in mem.hooks_seen):

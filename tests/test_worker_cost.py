@@ -1,5 +1,7 @@
-"""The worker's spans of non-live hooks, handed to the SDK's exporting processors directly
-(worker/spans.py), are the spans ``Tracer.start_span`` + ``end`` would have exported."""
+"""What makes the worker cheap keeps its output the same: the spans of non-live hooks, handed to
+the SDK's exporting processors directly (worker/spans.py), are the spans ``Tracer.start_span`` +
+``end`` would have exported; the token counter (and its helper process) is made before the first
+compression needs it."""
 
 from __future__ import annotations
 
@@ -98,4 +100,22 @@ def test_a_processor_added_later_switches_to_the_sdk_path():
     assert pipeline.flush(30)
     assert not pipeline.processor._direct_spans._ready()
     assert started and started[-1] == exporter.get_finished_spans()[-1].name
+    observed_engine.shutdown(5)
+
+
+def test_the_token_counter_is_made_half_way_to_the_threshold(monkeypatch):
+    # its helper process then loads the encoding before the first compression needs it
+    tp, _ = _provider()
+    meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
+    engine = observed_engine.observe(compressor(), tracer_provider=tp, meter_provider=meter_provider,
+                                     settings=SETTINGS)
+    pipeline = pipeline_for(tp, meter_provider, SETTINGS)
+    threshold = engine.threshold_tokens
+    engine.update_from_response({"prompt_tokens": threshold // 4, "completion_tokens": 1, "total_tokens": 1})
+    assert pipeline.flush(30)
+    mem = pipeline.processor.memories[id(engine)]
+    assert mem.tokens is None
+    engine.update_from_response({"prompt_tokens": threshold // 2 + 1, "completion_tokens": 1, "total_tokens": 1})
+    assert pipeline.flush(30)
+    assert mem.tokens is not None and mem.tokens.method == "tiktoken:o200k_base"
     observed_engine.shutdown(5)
