@@ -14,8 +14,10 @@ default and never raises, unless its docstring says otherwise.
 from __future__ import annotations
 
 import importlib.metadata as md
+import inspect
 import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any, Dict, Mapping, Optional
 
@@ -57,6 +59,62 @@ def compressor_module():
 def context_compressor_class() -> type:
     """``agent.context_compressor.ContextCompressor`` (raises ImportError without Hermes)."""
     return compressor_module().ContextCompressor
+
+
+def compressor_arguments(cls: type, arguments: Mapping[str, Any]) -> Dict[str, Any]:
+    """``arguments`` restricted to the keywords ``cls.__init__`` accepts: each Hermes release
+    takes its own set (``abort_on_summary_failure`` since 0.15.0, ``max_tokens`` since 0.18.0),
+    and an older constructor given a newer keyword raises TypeError, which would cost the
+    agent its engine. All of them when the signature cannot be read or takes ``**kwargs``."""
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return dict(arguments)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return dict(arguments)
+    accepted = {name for name, p in params.items()
+                if p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)}
+    dropped = sorted(set(arguments) - accepted)
+    if dropped:
+        logger.debug("observed: this Hermes' %s takes no %s; not passed", cls.__name__, ", ".join(dropped))
+    return {name: value for name, value in arguments.items() if name in accepted}
+
+
+def building_agent_quiet_mode() -> Optional[bool]:
+    """``quiet_mode`` of the ``run_agent.AIAgent`` being constructed on this thread's stack
+    (the host loads its context engine while it builds the agent, and builds its own
+    compressor with ``quiet_mode=agent.quiet_mode``), or None when no agent is being built
+    (a plugin scan at start-up, ``observed-engine doctor``)."""
+    try:
+        frame = sys._getframe(1)
+    except Exception:
+        return None
+    for _depth in range(80):
+        if frame is None:
+            break
+        try:
+            # Only AIAgent's own constructor frame is looked into: reading f_locals snapshots a
+            # frame's locals into a dict the frame keeps until it returns, which would keep the
+            # caller's objects (an agent the gateway already dropped, its engine) alive.
+            code = frame.f_code
+            if code.co_name != "__init__" or not code.co_filename.endswith("run_agent.py"):
+                frame = frame.f_back
+                continue
+            local_vars = frame.f_locals
+            for name in ("agent", "self"):
+                candidate = local_vars.get(name)
+                if candidate is not None and _is_aiagent(candidate):
+                    quiet = getattr(candidate, "quiet_mode", None)
+                    if isinstance(quiet, bool):
+                        return quiet
+        except Exception:
+            pass
+        frame = frame.f_back
+    return None
+
+
+def _is_aiagent(obj: object) -> bool:
+    return any(cls.__name__ == "AIAgent" and cls.__module__ == "run_agent" for cls in type(obj).__mro__)
 
 
 def compression_threshold(threshold: float, model: str, provider: str, compression: Mapping[str, Any]) -> float:

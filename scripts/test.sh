@@ -8,6 +8,31 @@ cd "$ROOT"
 export OBSERVED_REQUIRE_TOOLS=1          # a missing prometheus/chromium fails instead of skipping
 mkdir -p test-artifacts
 
+# The Hermes version matrix (tests/hermes_versions/): a fast check of each older Hermes in its own
+# cached venv, run in the background while the main suite runs on 0.19.0; their exit codes are
+# collected at the end and any failure fails the run. OBSERVED_HERMES_VERSIONS="" skips it.
+HERMES_VERSIONS="${OBSERVED_HERMES_VERSIONS-0.16.0 0.17.0 0.18.2}"
+version_pids=()
+version_names=()
+stop_versions() {
+  for pid in "${version_pids[@]}"; do
+    kill "$pid" 2>/dev/null || true
+  done
+}
+trap stop_versions EXIT
+if [ -n "$HERMES_VERSIONS" ]; then
+  OBSERVED_HERMES_VERSIONS="$HERMES_VERSIONS" bash "$ROOT/scripts/setup_hermes_versions.sh" || exit 1
+  for v in $HERMES_VERSIONS; do
+    echo "test.sh: Hermes $v check started in the background (test-artifacts/hermes-$v.log)"
+    ( export OBSERVED_HERMES_VERSION="$v"
+      exec "$ROOT/.venv-hermes-$v/bin/python" -m pytest -q -p no:cacheprovider \
+        --junitxml="test-artifacts/junit-hermes-$v.xml" tests/hermes_versions \
+        >"test-artifacts/hermes-$v.log" 2>&1 ) &
+    version_pids+=($!)
+    version_names+=("$v")
+  done
+fi
+
 # The layering and lint are checks like the tests: import-linter (pyproject [tool.importlinter]:
 # layers, capture/worker independent, Hermes only in observed_engine.host, no Streamlit in the core)
 # and ruff (pyflakes F, unused arguments ARG).
@@ -19,8 +44,28 @@ echo "test.sh: ruff check"
 
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider --junitxml=test-artifacts/junit.xml "$@"
 rc=$?
+
+versions_rc=0
+for i in "${!version_pids[@]}"; do
+  v="${version_names[$i]}"
+  wait "${version_pids[$i]}"
+  vrc=$?
+  if [ "$vrc" = 0 ]; then
+    echo "test.sh: Hermes $v check: $(tail -1 "test-artifacts/hermes-$v.log")"
+  else
+    echo "test.sh: Hermes $v check FAILED (exit $vrc); the end of test-artifacts/hermes-$v.log:" >&2
+    tail -40 "test-artifacts/hermes-$v.log" >&2
+    versions_rc=1
+  fi
+done
+version_pids=()
+
 if [ "$rc" = 5 ]; then
   echo "test.sh: pytest collected no tests" >&2
+  exit 1
+fi
+if [ "$rc" = 0 ] && [ "$versions_rc" != 0 ]; then
+  echo "test.sh: the main suite passed but a Hermes version check failed (see above)" >&2
   exit 1
 fi
 if [ "$rc" = 0 ] && [ "$lint_rc" != 0 ]; then

@@ -126,6 +126,34 @@ def check_hermes(ctx: Context) -> List[Result]:
     return [result("hermes", "ok", f"hermes-agent {ctx.version} ({sys.executable})")]
 
 
+def _release(text: str) -> Optional[Tuple[int, int, int]]:
+    """(major, minor, micro) of a version string ("0.19.0.dev3" -> (0, 19, 0)); None if it has none."""
+    import re
+    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
+    if not match:
+        return None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def check_hermes_range(ctx: Context) -> List[Result]:
+    from ..version import HERMES_TESTED, HERMES_TESTED_RANGE
+
+    ctx.report["hermes_tested_range"] = HERMES_TESTED_RANGE
+    if ctx.version is None:
+        return []
+    tested = ", ".join(HERMES_TESTED)
+    low, high = _release(HERMES_TESTED[0]), _release(HERMES_TESTED[-1])
+    release = _release(ctx.version)
+    if release is not None and low <= release and release[:2] <= high[:2]:
+        return [result("hermes version", "ok", f"{ctx.version} is in the tested range "
+                       f"hermes-agent{HERMES_TESTED_RANGE} (CI runs {tested})")]
+    return [result("hermes version", "warn",
+                   f"hermes-agent {ctx.version} is outside the tested range {HERMES_TESTED_RANGE} "
+                   f"(CI runs {tested}); observed-engine may work, but it was not tested with it",
+                   f"use a tested Hermes (pip install 'hermes-agent{HERMES_TESTED_RANGE}' in its environment); "
+                   "the checks below still tell whether the observed engine loads on this one")]
+
+
 def check_config(ctx: Context) -> List[Result]:
     cfg_file = config_path(ctx.home)
     if not cfg_file.exists():
@@ -353,8 +381,8 @@ def check_tokenizer(ctx: Context) -> List[Result]:
 
 
 CHECKS: List[Callable[[Context], List[Result]]] = [
-    check_hermes, check_config, check_context_engine, check_route, check_package, check_observed_section,
-    check_inner_engine, check_store, check_prometheus, check_otlp, check_tokenizer,
+    check_hermes, check_hermes_range, check_config, check_context_engine, check_route, check_package,
+    check_observed_section, check_inner_engine, check_store, check_prometheus, check_otlp, check_tokenizer,
 ]
 
 

@@ -237,12 +237,21 @@ def _positive_int(value: Any) -> Optional[int]:
 # Inner engines
 # ---------------------------------------------------------------------------
 
-def build_compressor(config: Mapping[str, Any], *, quiet_mode: bool = False):
+def build_compressor(config: Mapping[str, Any], *, quiet_mode: Optional[bool] = None):
     """The built-in ``ContextCompressor``, configured from ``compression.*`` and
     ``model.*`` as the host configures it (``auxiliary.compression.*`` is read by
     Hermes' ``call_llm(task="compression")`` at summary time, as for the bare
     compressor). No network lookup: the window is ``model.context_length`` or a
-    placeholder until the host's ``update_model()``."""
+    placeholder until the host's ``update_model()``.
+
+    Only the arguments the installed Hermes' constructor takes are passed (0.16/0.17 have
+    no ``max_tokens``). ``quiet_mode`` None: the agent's own, as the host builds its
+    compressor (``quiet_mode=agent.quiet_mode``) when an agent is being built, else quiet
+    (every Hermes surface but a verbose CLI builds its agents quiet)."""
+    if quiet_mode is None:
+        quiet_mode = host.building_agent_quiet_mode()
+        if quiet_mode is None:
+            quiet_mode = True
     ContextCompressor = host.context_compressor_class()
 
     compression = config.get("compression") if isinstance(config, Mapping) else None
@@ -273,7 +282,7 @@ def build_compressor(config: Mapping[str, Any], *, quiet_mode: bool = False):
     threshold = host.compression_threshold(_float("threshold", 0.50), model, provider, compression)
 
     context_length = _positive_int(model_cfg.get("context_length")) or PLACEHOLDER_CONTEXT_LENGTH
-    return ContextCompressor(
+    return ContextCompressor(**host.compressor_arguments(ContextCompressor, dict(
         model=model,
         threshold_percent=threshold,
         protect_first_n=max(0, _int("protect_first_n", 3)),
@@ -288,7 +297,7 @@ def build_compressor(config: Mapping[str, Any], *, quiet_mode: bool = False):
         api_mode=api_mode,
         abort_on_summary_failure=host.truthy(compression.get("abort_on_summary_failure"), False),
         max_tokens=_positive_int(model_cfg.get("max_tokens")),
-    )
+    )))
 
 
 def build_inner(name: str, config: Mapping[str, Any]) -> Tuple[Any, str]:
