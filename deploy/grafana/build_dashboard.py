@@ -266,6 +266,48 @@ def build() -> dict:
         [(increase_sum(metric("fail_open"), ["engine", "hook", "reason"], SEL, RI), "{{engine}} {{hook}} {{reason}}")],
         unit="short", bars=True, stack=True), w=8)
 
+    b.row("Compression decisions, blocks and cost")
+    b.add(timeseries(
+        "Compression decisions by hook / decision",
+        "What the host asked and what the engine answered: should_compress* compress / skip, "
+        "should_defer_preflight_to_real_usage defer / estimate. Decisions per interval; the store rows "
+        "(checked_tokens, threshold_tokens, reason) say why each one went that way.",
+        [(increase_sum(metric("compression_checks"), ["engine", "hook", "decision"], SEL, RI),
+          "{{engine}} {{hook}} {{decision}}")],
+        unit="short", bars=True, stack=True), w=8)
+    b.add(timeseries(
+        "Automatic compression blocked, by reason",
+        "1 while the engine's own state blocks automatic compression: summary_cooldown (the summary model "
+        "failed), ineffective_compression / fallback_streak (the built-in's breakers), attempts_exhausted, "
+        "other. Blocked above 80 % of the window fires HermesContextCompressionBlocked.",
+        [(gauge("max", metric("compression_blocked"), PER_ENGINE + ["reason"], SEL),
+          "{{engine}} {{reason}} {{instance}}")],
+        unit="short"), w=8)
+    b.add(timeseries(
+        "Summary model tokens / prompt-cache rewrite after compaction",
+        "Tokens the summary model used (Hermes' own usage record of task 'compression'), per token type, and "
+        "the prompt tokens the first response after a compaction had to write into the cache again. Per interval.",
+        [(increase_sum(metric("summary_tokens"), ["engine", "token_type"], SEL, RI),
+          "summary {{token_type}} {{engine}}"),
+         (increase_sum(metric("cache_rewrite_tokens"), ["engine"], SEL, RI), "cache rewrite {{engine}}")],
+        unit="short", bars=True), w=8)
+    b.add(timeseries(
+        "Prompt-cache read ratio",
+        "cache_read / prompt tokens of the responses (usage passed to update_from_response); it drops "
+        "after each compaction (new prefix) and climbs back as the cache warms.",
+        [(rate_sum(metric("usage_tokens"), ["engine"], SEL + ', token_type="cache_read"', RI)
+          + " / " + rate_sum(metric("usage_tokens"), ["engine"], SEL + ', token_type="prompt"', RI),
+          "cache read {{engine}}")],
+        unit="percentunit"), w=12)
+    b.add(timeseries(
+        "Threshold vs window (dead zone)",
+        "The compression threshold as a fraction of the window; at or above 1 the engine can never compress "
+        "(HermesContextThresholdDeadZone).",
+        [(gauge("max", metric("threshold_tokens"), PER_ENGINE, SEL)
+          + " / " + agg("max", PER_ENGINE, series(metric("window_tokens"), SEL) + " > 0"),
+          "threshold/window {{engine}} {{instance}}")],
+        unit="percentunit", thresholds=[{"color": "green", "value": None}, {"color": "red", "value": 1.0}]), w=12)
+
     b.row("select_context")
     b.add(timeseries(
         "select_context outcome mix",
