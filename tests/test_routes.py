@@ -201,6 +201,11 @@ def test_entry_point_shared_by_two_homes(tmp_path, home, engines_dir, ep_site, c
     assert set(cli_entry_point.homes_of(info)) == {str(home), str(other)}
     code, out = run(capsys, "uninstall", "--hermes-home", str(home))
     assert code == 0 and info.exists() and "still used by" in out
+    assert cli_entry_point.homes_of(info) == [str(other)]
+    code, out = run(capsys, "uninstall", "--hermes-home", str(home))     # again: not this home's any more
+    assert code == 0 and "entry point" not in out and cli_entry_point.homes_of(info) == [str(other)]
+    assert run(capsys, "install", "--hermes-home", str(home), "--route", "bundled")[0] == 0
+    assert cli_entry_point.homes_of(info) == [str(other)]              # another route leaves it alone
     assert run(capsys, "uninstall", "--hermes-home", str(other))[0] == 0
     assert not info.exists()
 

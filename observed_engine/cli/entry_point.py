@@ -93,7 +93,10 @@ def remove(home: Path) -> List[str]:
     left. Returns what was done, as output lines."""
     out: List[str] = []
     for info in written_dirs():
-        homes = [h for h in homes_of(info) if h != str(home)]
+        before = homes_of(info)
+        if before and str(home) not in before:
+            continue                      # another Hermes home's, not this one's to change
+        homes = [h for h in before if h != str(home)]
         try:
             if homes:
                 (info / MARKER).write_text(json.dumps({"homes": homes}, indent=2) + "\n", encoding="utf-8")
