@@ -68,11 +68,12 @@ def test_doctor_text_and_json_agree(tmp_path, monkeypatch, capsys):
         monkeypatch.delenv(var, raising=False)
     (tmp_path / "config.yaml").write_text("context:\n  engine: observed\nobserved:\n  tokenizer: estimate\n")
     report = doctor.run_doctor(tmp_path)
-    assert list(report) == ["hermes_home", "hermes_version", "context_engine", "route", "selection", "inner",
+    assert list(report) == ["hermes_home", "hermes_version", "hermes_tested_range", "context_engine", "route",
+                            "selection", "inner",
                             "exporters", "tokenizer", "checks", "ok"]
     assert list(report["exporters"]) == ["store", "prometheus", "otlp"]
     names = [c["check"] for c in report["checks"]]
-    assert names[:3] == ["hermes", "config", "context.engine"] and names[-1] == "tokenizer"
+    assert names[:4] == ["hermes", "hermes version", "config", "context.engine"] and names[-1] == "tokenizer"
     assert all(c["status"] in ("ok", "warn", "fail") for c in report["checks"])
 
     text = doctor.format_report(report).splitlines()
