@@ -382,3 +382,64 @@ def read_config() -> Dict[str, Any]:
     from hermes_cli.config import load_config as _load
 
     return _load() or {}
+
+
+# -- the agent loop (the demo drives it) ----------------------------------------------------
+
+def ai_agent_class() -> type:
+    """``run_agent.AIAgent``, the host's agent loop (raises ImportError without Hermes)."""
+    from run_agent import AIAgent
+
+    return AIAgent
+
+
+def reset_plugin_discovery() -> None:
+    """Forget Hermes' plugin manager, so the next agent discovers plugins (and reads the
+    ``observed:`` section) afresh for the current HERMES_HOME. No-op without Hermes."""
+    try:
+        import hermes_cli.plugins as hp
+    except Exception:
+        return
+    hp._plugin_manager = None
+
+
+def add_request_observer(callback) -> bool:
+    """Call ``callback(**kwargs)`` on Hermes' ``pre_api_request`` plugin hook (before every
+    provider request, with ``session_id`` and ``request_messages``), as a plugin's
+    ``ctx.register_hook`` would. Observation only: 0.19.0 ignores the hook's return value.
+    False without Hermes or a plugin manager."""
+    try:
+        from hermes_cli.plugins import get_plugin_manager
+
+        manager = get_plugin_manager()
+        manager._hooks.setdefault("pre_api_request", []).append(callback)
+    except Exception:
+        return False
+    return True
+
+
+# -- the session store and the built-in's summary format (observed-engine compare) ----------
+
+def compaction_summary_body(content: Any) -> Optional[str]:
+    """The body of a built-in compaction summary message (``content`` as Hermes stores it),
+    without the handoff prefix and end marker, as the summariser returned it; None for any
+    other message, or without Hermes."""
+    try:
+        from agent.context_compressor import ContextCompressor as cc
+    except Exception:
+        return None
+    if not isinstance(content, str):
+        return None
+    try:
+        if not cc._is_context_summary_content(content):
+            return None
+        return cc._strip_summary_prefix(content)
+    except Exception:
+        return None
+
+
+def session_db(path: os.PathLike | str):
+    """Hermes' ``hermes_state.SessionDB`` on ``path`` (raises ImportError without Hermes)."""
+    from hermes_state import SessionDB
+
+    return SessionDB(Path(path))

@@ -5,6 +5,7 @@
     observed-engine uninstall [--hermes-home DIR]
     observed-engine dashboard [--store PATH | --prometheus URL] [--host H] [--port P] [--allow-source-change]
     observed-engine demo ...  (see observed_engine.demo)
+    observed-engine compare   --engines compressor,<name> [--hermes-home DIR] [--sessions N | --session ID] [--out DIR]
     observed-engine --version
 
 Also ``python -m observed_engine ...``. One module per command (install, uninstall, doctor,
@@ -25,7 +26,7 @@ from typing import List, Optional
 
 from .. import host
 from ..version import __version__
-from . import dashboard, demo, doctor, install, uninstall
+from . import compare, dashboard, demo, doctor, install, uninstall
 from .errors import CliError
 
 EXIT_BROKEN_PIPE = 141
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     uninstall.add_parser(sub, HOME_HELP)
     dashboard.add_parser(sub)
     demo.add_parser(sub)
+    compare.add_parser(sub, HOME_HELP)
     return parser
 
 

@@ -1,0 +1,67 @@
+"""``observed-engine compare``: replay recorded conversations through several engines.
+
+    observed-engine compare --engines compressor,<name>[,<name>...] [--hermes-home H]
+                            [--sessions N | --session ID ...] [--summary offline|configured]
+                            [--usage tiktoken|chars] [--context-length N] [--out DIR] [--json]
+
+Prints the Markdown report (or the JSON one with --json) on stdout, the progress bar on
+stderr, and writes compare.json and compare.md to --out (default
+$HERMES_HOME/observed/compare/<UTC time>/). The session store is opened read-only.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from .. import compare
+from .. import host
+from ..compare import report as report_mod
+from .errors import CliError
+
+
+def cmd_compare(args) -> int:
+    out = Path(args.out).expanduser() if args.out else None
+    if out is None:
+        home = host.hermes_home(args.hermes_home)
+        out = home / "observed" / "compare" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    try:
+        rep = compare.run_compare(hermes_home=args.hermes_home, engines=args.engines,
+                                  sessions=args.sessions, session_ids=args.session or (),
+                                  summary=args.summary, usage=args.usage,
+                                  context_length=args.context_length, out=out,
+                                  progress=None if args.quiet else sys.stderr)
+    except compare.CompareError as exc:
+        raise CliError(str(exc)) from None
+    if args.json:
+        print(json.dumps(rep, indent=2, default=str))
+    else:
+        print(report_mod.markdown(rep), end="")
+    print(f"report: {rep['files']['json']} and {rep['files']['markdown']}", file=sys.stderr)
+    ran = [r for c in rep["conversations"] for r in c["engines"].values() if r.get("status") != "skipped"]
+    return 0 if ran else 1
+
+
+def add_parser(sub, home_help: str) -> None:
+    p = sub.add_parser("compare", help="replay recorded conversations through several engines and compare them")
+    p.add_argument("--engines", required=True, metavar="A,B,...",
+                   help="engines to compare: compressor (the built-in) and plugin engine names")
+    p.add_argument("--hermes-home", metavar="DIR", help=home_help)
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--sessions", type=int, default=5, metavar="N",
+                       help="the N newest conversations that can be replayed (default 5)")
+    which.add_argument("--session", action="append", metavar="ID", help="this conversation (repeatable)")
+    p.add_argument("--summary", choices=compare.SUMMARY_MODES, default="offline",
+                   help="offline: the recorded summaries, then a fixed stand-in, no network (default); "
+                        "configured: the auxiliary model of that Hermes home (its cost)")
+    p.add_argument("--usage", choices=("tiktoken", "chars"), default="tiktoken",
+                   help="how the replay LLM counts a request's prompt tokens (default tiktoken)")
+    p.add_argument("--context-length", type=int, metavar="N",
+                   help="the model's window (default: model.context_length of config.yaml, else 128000)")
+    p.add_argument("--out", metavar="DIR", help="where compare.json and compare.md go "
+                                                "(default $HERMES_HOME/observed/compare/<time>/)")
+    p.add_argument("--json", action="store_true", help="print the JSON report instead of the Markdown one")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=cmd_compare)

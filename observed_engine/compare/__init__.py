@@ -1,0 +1,149 @@
+"""``observed-engine compare``: what each engine would have done with your recorded conversations.
+
+Reads conversations from Hermes' session store (``sessions.py``), replays each one through
+each engine in the real host path against a local replay LLM (``replay.py``,
+``replay_server.py``), and reports per engine and per conversation (``report.py``). One
+failing engine or conversation never stops the others: it is marked in the report, with why.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, TextIO
+
+from .. import host
+from ..version import __version__
+from . import report as report_mod
+from .replay import BUILTIN, OBSERVED, EngineUnavailable, replay
+from .sessions import StoreError, read_conversations
+
+__all__ = ["CompareError", "StoreError", "run_compare", "DEFAULT_CONTEXT_LENGTH"]
+
+DEFAULT_CONTEXT_LENGTH = 128_000
+SUMMARY_MODES = ("offline", "configured")
+
+
+class CompareError(Exception):
+    """Bad input: the run cannot start (printed as one line by the CLI)."""
+
+
+class Progress:
+    """``[#####.....] 3/6  conversation × engine`` on one stderr line."""
+
+    def __init__(self, total: int, stream: Optional[TextIO]) -> None:
+        self.total, self.done, self.stream = total, 0, stream
+
+    def show(self, label: str) -> None:
+        if self.stream is None or self.total <= 0:
+            return
+        width = 30
+        filled = int(width * self.done / self.total)
+        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}  {label[:60]:<60}")
+        self.stream.flush()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        self.show(label)
+
+    def close(self) -> None:
+        if self.stream is not None and self.total > 0:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def parse_engines(value: str | Sequence[str]) -> List[str]:
+    names = value.split(",") if isinstance(value, str) else list(value)
+    engines: List[str] = []
+    for name in (n.strip() for n in names):
+        if name and name not in engines:
+            engines.append(name)
+    if not engines:
+        raise CompareError("no engine named (--engines compressor,<name>...)")
+    if OBSERVED in engines:
+        raise CompareError("'observed' is this tool's own wrapper: name the engines it would wrap "
+                           "(compressor, or a plugin's engine name)")
+    return engines
+
+
+def run_compare(*, hermes_home: Optional[str] = None, engines: str | Sequence[str] = (BUILTIN,),
+                sessions: Optional[int] = 5, session_ids: Sequence[str] = (), summary: str = "offline",
+                usage: str = "tiktoken", context_length: Optional[int] = None,
+                out: Optional[Path] = None, progress: Optional[TextIO] = sys.stderr) -> Dict[str, Any]:
+    """Replay the recorded conversations through ``engines``; the report (also written to
+    ``out`` as compare.json and compare.md when given)."""
+    engine_names = parse_engines(engines)
+    if summary not in SUMMARY_MODES:
+        raise CompareError(f"--summary must be one of {', '.join(SUMMARY_MODES)}, not {summary!r}")
+    if usage not in ("tiktoken", "chars"):
+        raise CompareError(f"--usage must be tiktoken or chars, not {usage!r}")
+    home = host.hermes_home(hermes_home)
+    state_db = home / "state.db"
+    if not state_db.is_file():
+        raise CompareError(f"no session store at {state_db}: Hermes has recorded no conversation in that "
+                           f"home (pass --hermes-home)")
+    user_config = host.load_config(log_errors=False)
+    if context_length is None:
+        configured = (user_config.get("model") or {}).get("context_length") if isinstance(
+            user_config.get("model"), dict) else None
+        try:
+            context_length = int(configured) if configured else DEFAULT_CONTEXT_LENGTH
+        except (TypeError, ValueError):
+            context_length = DEFAULT_CONTEXT_LENGTH
+    try:
+        conversations = read_conversations(state_db, session_ids=list(session_ids) or None,
+                                           limit=None if session_ids else sessions,
+                                           summary_body=host.compaction_summary_body)
+    except StoreError as exc:
+        raise CompareError(str(exc)) from None
+    if not conversations:
+        raise CompareError(f"{state_db} holds no conversation")
+    runnable = [c for c in conversations if c.skip is None]
+    bar = Progress(len(runnable) * len(engine_names), progress)
+    unavailable: Dict[str, str] = {}
+    per_engine: Dict[str, List[Dict[str, Any]]] = {e: [] for e in engine_names}
+    conv_out: List[Dict[str, Any]] = []
+    started = time.time()
+    for conv in conversations:
+        entry: Dict[str, Any] = {"session_id": conv.session_id, "sessions": conv.sessions, "model": conv.model,
+                                 "turns": len(conv.turns), "messages": len(conv.messages),
+                                 "recorded_compactions": conv.compactions,
+                                 "recorded_summaries": len(conv.summaries), "skip": conv.skip, "engines": {}}
+        conv_out.append(entry)
+        if conv.skip:
+            continue
+        for engine in engine_names:
+            label = f"{conv.session_id} × {engine}"
+            bar.show(label)
+            if engine in unavailable:
+                result = {"status": "skipped", "reason": unavailable[engine]}
+            else:
+                try:
+                    raw = replay(conv, engine, user_config=user_config, context_length=context_length,
+                                 summary=summary, usage=usage)
+                    result = report_mod.summarise_replay(raw, context_length)
+                except EngineUnavailable as exc:
+                    unavailable[engine] = str(exc)
+                    result = {"status": "skipped", "reason": str(exc)}
+                except Exception as exc:   # the replay itself broke: this pair only
+                    result = {"status": "skipped", "reason": f"the replay failed: {type(exc).__name__}: {exc}"}
+            entry["engines"][engine] = result
+            per_engine[engine].append(result)
+            bar.step(label)
+    bar.close()
+    totals: Dict[str, Any] = {}
+    for engine in engine_names:
+        totals[engine] = report_mod.engine_totals(per_engine[engine])
+        if engine in unavailable:
+            totals[engine]["unavailable"] = unavailable[engine]
+    report = {
+        "kind": report_mod.KIND, "format": report_mod.FORMAT, "replay": True,
+        "observed_engine": __version__, "hermes_agent": host.hermes_version(),
+        "created": started, "seconds": time.time() - started,
+        "state_db": str(state_db), "engines": engine_names, "summary": summary, "usage": usage,
+        "context_length": context_length, "totals": totals, "conversations": conv_out,
+    }
+    if out is not None:
+        report["files"] = {k: str(v) for k, v in report_mod.write(report, Path(out)).items()}
+    return report

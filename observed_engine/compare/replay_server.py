@@ -1,0 +1,198 @@
+"""The replay LLM: an OpenAI-compatible chat-completions server on 127.0.0.1.
+
+Each chat request gets the next recorded assistant message of the conversation (its text and
+tool calls), as JSON or as server-sent events when ``stream`` is true, with the ``usage`` of
+the request it received: ``prompt_tokens`` counted from that request (``usage="tiktoken"``:
+tiktoken over the message text and the tool schemas, the encoding chosen from the model;
+``usage="chars"``: their characters / 4, Hermes' own rough estimate). So the host's preflight,
+its real-usage sentinels and the engine's thresholds see a request of the replayed size.
+
+Per request it records what the report needs: the prompt tokens, whether they exceed the
+window, and the prompt-cache prefix tokens lost against the previous request (the tokens of
+the previous request past the longest run of leading messages the two share).
+
+A request that carries the built-in summariser's prompt (it reaches this server only when the
+summary model is the main one, ``--summary configured`` without an auxiliary model) is
+answered by ``summarise`` and counted apart.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable, Dict, List, Optional
+
+SUMMARY_MARKER = "summarization agent"
+NO_REPLY = "(replay: the recording has no reply for this request)"
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else str(content)
+
+
+def _key(message: Any) -> str:
+    return json.dumps(message, sort_keys=True, default=str)
+
+
+class ReplayServer:
+    def __init__(self, replies: List[Dict[str, Any]], *, model: str, context_length: int,
+                 usage: str = "tiktoken", summarise: Optional[Callable[[str], str]] = None) -> None:
+        if usage not in ("tiktoken", "chars"):
+            raise ValueError(f"usage must be 'tiktoken' or 'chars', not {usage!r}")
+        self.model = model
+        self.context_length = context_length
+        self.usage = usage
+        self.summarise = summarise or (lambda prompt: f"Summary of {len(prompt)} characters of earlier turns.")
+        self._replies = list(replies)
+        self._next = 0
+        self.turn = 0                                 # set by the replay before each turn
+        self._lock = threading.Lock()
+        self._previous: Optional[List[Any]] = None
+        self.requests: List[Dict[str, Any]] = []     # one per chat request: tokens, lost, over
+        self.summary_requests = 0
+        self.unanswered = 0                           # chat requests past the recording
+        self._counter = None
+        if usage == "tiktoken":
+            from ..tokens import counter_for
+
+            self._counter = counter_for("auto", model)
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # noqa: ARG002 (quiet)
+                pass
+
+            def _json(self, status: int, payload: Dict[str, Any]) -> None:
+                body = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                if self.path.rstrip("/").endswith("/models"):
+                    self._json(200, {"object": "list", "data": [{
+                        "id": server.model, "object": "model", "owned_by": "replay",
+                        "context_length": server.context_length, "max_model_len": server.context_length}]})
+                else:
+                    self._json(404, {"error": {"message": f"no route {self.path}"}})
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                except ValueError:
+                    self._json(400, {"error": {"message": "bad json"}})
+                    return
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    self._json(404, {"error": {"message": f"no route {self.path}"}})
+                    return
+                message, usage = server.answer(body)
+                if body.get("stream"):
+                    self._stream(body, message, usage)
+                    return
+                self._json(200, {"id": f"chatcmpl-replay-{time.time_ns()}", "object": "chat.completion",
+                                 "created": int(time.time()), "model": body.get("model") or server.model,
+                                 "choices": [{"index": 0, "message": message,
+                                              "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
+                                 "usage": usage})
+
+            def _stream(self, body, message, usage):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                base = {"id": f"chatcmpl-replay-{time.time_ns()}", "object": "chat.completion.chunk",
+                        "created": int(time.time()), "model": body.get("model") or server.model}
+                content = message.get("content") or ""
+                deltas = [{"role": "assistant", "content": ""}]
+                deltas += [{"content": content[i:i + 8192]} for i in range(0, len(content), 8192)]
+                for n, call in enumerate(message.get("tool_calls") or []):
+                    deltas.append({"tool_calls": [{**call, "index": n}]})
+                chunks = [{"index": 0, "delta": d, "finish_reason": None} for d in deltas]
+                chunks.append({"index": 0, "delta": {},
+                               "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"})
+                for choice in chunks:
+                    self.wfile.write(b"data: " + json.dumps({**base, "choices": [choice]}).encode() + b"\n\n")
+                self.wfile.write(b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n")
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="observed-replay-llm", daemon=True)
+
+    # -- counting ---------------------------------------------------------------------------
+
+    def _tokens(self, messages: List[Any], tools: Any = None) -> int:
+        tools_text = json.dumps(tools) if tools else ""
+        if self._counter is not None:
+            return self._counter.count_messages(messages) + (self._counter.count_text(tools_text) if tools_text else 0)
+        chars = sum(len(_text(m.get("content"))) for m in messages if isinstance(m, dict)) + len(tools_text)
+        return chars // 4
+
+    def answer(self, body: Dict[str, Any]):
+        messages = [m for m in (body.get("messages") or []) if isinstance(m, dict)]
+        tools = body.get("tools") or []
+        prompt = self._tokens(messages, tools)
+        if any(SUMMARY_MARKER in _text(m.get("content")) for m in messages):
+            with self._lock:
+                self.summary_requests += 1
+            text = self.summarise(_text(messages[0].get("content")) if messages else "")
+            return ({"role": "assistant", "content": text},
+                    {"prompt_tokens": prompt, "completion_tokens": max(1, len(text) // 4),
+                     "total_tokens": prompt + max(1, len(text) // 4)})
+        with self._lock:
+            if self._next < len(self._replies):
+                recorded = self._replies[self._next]
+                self._next += 1
+            else:
+                recorded = {"role": "assistant", "content": NO_REPLY}
+                self.unanswered += 1
+            lost = 0
+            if self._previous is not None:
+                prev = self._previous
+                same = 0
+                while same < min(len(prev), len(messages)) and _key(prev[same]) == _key(messages[same]):
+                    same += 1
+                if same < len(prev):
+                    lost = self._tokens(prev) - self._tokens(prev[:same])
+            self._previous = messages
+            self.requests.append({"prompt_tokens": prompt, "cache_prefix_lost_tokens": max(0, lost),
+                                  "over_window": prompt > self.context_length, "messages": len(messages),
+                                  "turn": self.turn})
+        message = {"role": "assistant", "content": recorded.get("content") or ""}
+        if recorded.get("tool_calls"):
+            message["tool_calls"] = recorded["tool_calls"]
+        completion = max(1, len(_text(message["content"])) // 4)
+        return message, {"prompt_tokens": prompt, "completion_tokens": completion,
+                         "total_tokens": prompt + completion}
+
+    @property
+    def replies_left(self) -> int:
+        return len(self._replies) - self._next
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def __enter__(self) -> "ReplayServer":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)

@@ -1,0 +1,271 @@
+"""Recorded conversations, read from Hermes' own session store (``$HERMES_HOME/state.db``).
+
+The store is opened read-only (``mode=ro``); nothing is written to it. Hermes 0.19.0 keeps
+every message a compaction summarised away: in-place compaction (``compression.in_place``,
+the default) flips the live rows to ``active = 0, compacted = 1`` and inserts the compacted
+set as new rows in one transaction, each row 1 µs after the previous one; the legacy rotation
+ends the session (``end_reason = 'compression'``) and continues in a child session
+(``parent_session_id``). The original transcript is the rows in insertion order without
+the compaction products: the summary messages and the copies of earlier messages that a
+compacted set carries (its protected head and tail). A compacted set may end with messages
+of the turn in progress that were not stored before (a preflight compaction runs before the
+turn's user message is written): those are new and are kept.
+
+Each recorded summary's body is kept too (``Conversation.summaries``): the offline summariser
+answers the replay's summary requests with them, in order.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+# A compacted set's rows are inserted 1e-6 s apart (hermes_state._insert_message_rows);
+# rows appended one by one are milliseconds apart at the least.
+SET_GAP_SECONDS = 5e-6
+
+
+class StoreError(Exception):
+    """The session store cannot be read (missing, not Hermes' state.db)."""
+
+
+@dataclass
+class Conversation:
+    session_id: str                     # the root session
+    sessions: List[str]                 # the root and its compression children, in order
+    model: Optional[str]
+    system_prompt: Optional[str]
+    started_at: Optional[float]
+    messages: List[Dict[str, Any]] = field(default_factory=list)   # the original transcript
+    summaries: List[str] = field(default_factory=list)             # recorded summary bodies
+    compactions: int = 0                # compacted sets found
+    skip: Optional[str] = None          # why the replay cannot reproduce it
+
+    @property
+    def turns(self) -> List[Dict[str, Any]]:
+        """``[{"user": content, "replies": [assistant/tool messages...]}, ...]``."""
+        out: List[Dict[str, Any]] = []
+        for m in self.messages:
+            if m["role"] == "user":
+                out.append({"user": m.get("content"), "replies": []})
+            elif out:
+                out[-1]["replies"].append(m)
+        return out
+
+
+def open_store(path: Path) -> sqlite3.Connection:
+    if not path.is_file():
+        raise StoreError(f"no session store at {path} (Hermes writes state.db in its home; "
+                         f"pass --hermes-home)")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        conn.row_factory = sqlite3.Row
+        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path} is not a readable SQLite file ({exc})") from None
+    if not {"sessions", "messages"} <= tables:
+        conn.close()
+        raise StoreError(f"{path} has no sessions/messages tables: not a Hermes state.db")
+    return conn
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set:
+    return {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}
+
+
+# hermes_state.SessionDB._encode_content: structured (multimodal) content is stored as this
+# prefix + JSON; plain text as is.
+CONTENT_JSON_PREFIX = "\x00json:"
+
+
+def _decode(content: Any) -> Any:
+    if isinstance(content, str) and content.startswith(CONTENT_JSON_PREFIX):
+        try:
+            return json.loads(content[len(CONTENT_JSON_PREFIX):])
+        except ValueError:
+            return content
+    return content
+
+
+def _fingerprint(m: Dict[str, Any]) -> tuple:
+    return (m.get("role"), json.dumps(m.get("content"), sort_keys=True, default=str),
+            m.get("tool_call_id"), json.dumps(m.get("tool_calls"), sort_keys=True, default=str))
+
+
+def _message(row: sqlite3.Row) -> Dict[str, Any]:
+    m: Dict[str, Any] = {"role": row["role"], "content": _decode(row["content"])}
+    if row["tool_calls"]:
+        try:
+            m["tool_calls"] = json.loads(row["tool_calls"])
+        except ValueError:
+            m["tool_calls"] = row["tool_calls"]
+    if row["tool_call_id"]:
+        m["tool_call_id"] = row["tool_call_id"]
+    if row["tool_name"]:
+        m["tool_name"] = row["tool_name"]
+    return m
+
+
+def _groups(rows: Sequence[sqlite3.Row], is_summary: Callable[[Any], bool]) -> List[tuple]:
+    """Rows in insertion order as ``("row", row)`` and ``("set", [rows])`` for compacted sets."""
+    out: List[tuple] = []
+    i = 0
+    while i < len(rows):
+        j = i
+        while (j + 1 < len(rows) and rows[j + 1]["session_id"] == rows[i]["session_id"]
+               and 0 <= (rows[j + 1]["timestamp"] or 0) - (rows[j]["timestamp"] or 0) < SET_GAP_SECONDS):
+            j += 1
+        if j > i or is_summary(rows[i]["content"]):
+            out.append(("set", list(rows[i:j + 1])))
+        else:
+            out.append(("row", rows[i]))
+        i = j + 1
+    return out
+
+
+def _new_in_set(set_rows: List[sqlite3.Row], original: List[Dict[str, Any]],
+                is_summary: Callable[[Any], bool]) -> List[Dict[str, Any]]:
+    """The messages of a compacted set that were not stored before: after the copy of the
+    transcript's last message (the set's protected tail ends there), or, without one, those
+    that are neither a summary nor a copy of an earlier message."""
+    msgs = [_message(r) for r in set_rows]
+    if original:
+        last = _fingerprint(original[-1])
+        for k in range(len(msgs) - 1, -1, -1):
+            if _fingerprint(msgs[k]) == last:
+                return msgs[k + 1:]
+    seen = {_fingerprint(m) for m in original}
+    return [m for m in msgs if not is_summary(m.get("content")) and _fingerprint(m) not in seen]
+
+
+def _child_prefix(conv: Conversation, row: sqlite3.Row, original: List[Dict[str, Any]],
+                  summary_body: Callable[[Any], Optional[str]]) -> bool:
+    """Legacy rotation: a child session starts with the compacted set, flushed row by row.
+    True for a row of that prefix (a summary, or a copy of an earlier message, up to the copy
+    of the parent's last message), which is then left out."""
+    state = conv.__dict__.setdefault("_child_state", {})
+    sid = row["session_id"]
+    if state.get(sid) == "done":
+        return False
+    if sid not in state:
+        state[sid] = "prefix"
+        conv.compactions += 1
+        state["last"] = _fingerprint(original[-1])
+        state["seen"] = {_fingerprint(m) for m in original}
+    m = _message(row)
+    body = summary_body(m.get("content"))
+    if body is not None:
+        conv.summaries.append(body)
+        return True
+    fp = _fingerprint(m)
+    if fp == state["last"]:
+        state[sid] = "done"
+        return True
+    if fp in state["seen"]:
+        return True
+    state[sid] = "done"
+    return False
+
+
+def _why_not(messages: List[Dict[str, Any]]) -> Optional[str]:
+    if not any(m["role"] == "user" for m in messages):
+        return "no user message"
+    if messages[0]["role"] != "user":
+        return f"the transcript starts with a {messages[0]['role']} message, not a user message"
+    tools = sum(1 for m in messages if m["role"] == "tool" or m.get("tool_calls"))
+    if tools:
+        return (f"{tools} tool-call or tool-result messages: the replay does not run tools "
+                f"(their results would not be the recorded ones)")
+    if any(not isinstance(m.get("content"), (str, type(None))) for m in messages):
+        return "multimodal content (lists of parts): the replay sends text only"
+    roles = {m["role"] for m in messages} - {"user", "assistant"}
+    if roles:
+        return f"messages with role(s) {sorted(roles)} the replay cannot send"
+    return None
+
+
+def read_conversations(path: Path, *, session_ids: Optional[Sequence[str]] = None,
+                       limit: Optional[int] = None,
+                       summary_body: Callable[[Any], Optional[str]]) -> List[Conversation]:
+    """The recorded conversations, newest first (``limit`` of them), or the ones named.
+
+    ``summary_body(content)``: the body of a compaction summary message, None for any other
+    message (the host's own test, ``host.compaction_summary_body``)."""
+    conn = open_store(path)
+    try:
+        return _read(conn, session_ids, limit, summary_body)
+    finally:
+        conn.close()
+
+
+def _read(conn, session_ids, limit, summary_body) -> List[Conversation]:
+    scols = _columns(conn, "sessions")
+    mcols = _columns(conn, "messages")
+    need = {"id", "session_id", "role", "content", "tool_calls", "tool_call_id", "tool_name", "timestamp"}
+    if not need <= mcols:
+        raise StoreError(f"the messages table lacks {sorted(need - mcols)}: a Hermes version this "
+                         f"replay does not know")
+    parent = "parent_session_id" if "parent_session_id" in scols else "NULL"
+    end_reason = "end_reason" if "end_reason" in scols else "NULL"
+    sessions = {r["id"]: dict(r) for r in conn.execute(
+        f"SELECT id, model, system_prompt, started_at, {parent} AS parent, {end_reason} AS end_reason "
+        f"FROM sessions")}
+    children: Dict[str, List[str]] = {}
+    for sid, s in sessions.items():
+        p = s["parent"]
+        if p and p in sessions and sessions[p]["end_reason"] == "compression":
+            children.setdefault(p, []).append(sid)
+    roots = [sid for sid, s in sessions.items()
+             if not (s["parent"] and s["parent"] in sessions and sessions[s["parent"]]["end_reason"] == "compression")]
+    if session_ids:
+        wanted = []
+        for sid in session_ids:
+            if sid not in sessions:
+                wanted.append(Conversation(sid, [sid], None, None, None, skip="no such session in state.db"))
+                continue
+            root = sid
+            while root not in roots:    # a child named: its conversation
+                root = sessions[root]["parent"]
+            wanted.append(root)
+    else:
+        wanted = sorted(roots, key=lambda sid: sessions[sid]["started_at"] or 0, reverse=True)
+    out: List[Conversation] = []
+    is_summary = (lambda content: summary_body(content) is not None)
+    for root in wanted:
+        if isinstance(root, Conversation):
+            out.append(root)
+            continue
+        chain = [root]
+        while children.get(chain[-1]):
+            chain.append(sorted(children[chain[-1]], key=lambda c: sessions[c]["started_at"] or 0)[0])
+        marks = ",".join("?" * len(chain))
+        rows = conn.execute(f"SELECT * FROM messages WHERE session_id IN ({marks}) ORDER BY id", chain).fetchall()
+        if not rows:
+            continue
+        active = [r for r in rows if ("active" not in mcols or r["active"]) or
+                  ("compacted" in mcols and r["compacted"])]   # rewound rows (active=0, compacted=0) are gone
+        conv = Conversation(root, chain, sessions[root]["model"], sessions[root]["system_prompt"],
+                            sessions[root]["started_at"])
+        original: List[Dict[str, Any]] = []
+        for kind, item in _groups(active, is_summary):
+            if kind == "row" and original and item["session_id"] != root and _child_prefix(
+                    conv, item, original, summary_body):
+                continue
+            if kind == "row":
+                original.append(_message(item))
+                continue
+            conv.compactions += 1
+            for r in item:
+                body = summary_body(r["content"])
+                if body is not None:
+                    conv.summaries.append(body)
+            original.extend(_new_in_set(item, original, is_summary))
+        conv.messages = original
+        conv.skip = _why_not(original)
+        out.append(conv)
+        if limit and not session_ids and len([c for c in out if c.skip is None]) >= limit:
+            break
+    return out

@@ -1,0 +1,223 @@
+"""``observed-engine compare`` (issue 17): recorded conversations replayed through several engines.
+
+The recording is made here by a real Hermes 0.19.0 ``AIAgent`` (the local fake provider of
+tests/fake_llm_server.py, a 64K window, the built-in compressor with its summariser answered by
+support/llm.FakeLLM, a real ``SessionDB`` writing ``state.db``), observed into a store of its
+own: that store holds the live run's compressions. The comparison replays it through the
+built-in, ``lossless-hermes`` (a real engine from PyPI, in the test extra), a directory engine
+whose ``compress`` raises, and an engine that is not installed. The built-in's replay must
+reproduce the live compressions exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from observed_engine import host
+from observed_engine.api import observe
+from observed_engine.cli import main
+from observed_engine.compare import CompareError, run_compare
+from observed_engine.compare.sessions import read_conversations
+from observed_engine.pipeline import Registry
+from support.llm import install_llm
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fake_llm_server import FakeLLMServer  # noqa: E402
+
+MODEL = "fake-model"
+WINDOW = 64_000
+TURNS = 15
+
+RAISING_ENGINE = textwrap.dedent('''
+    from agent.context_engine import ContextEngine
+
+
+    class RaisingEngine(ContextEngine):
+        """Compresses at 50 % of the window, and its compress() always raises."""
+
+        @property
+        def name(self):
+            return "raising-engine"
+
+        def __init__(self):
+            self.context_length = 64000
+            self.threshold_tokens = 32000
+            self.last_prompt_tokens = 0
+            self.last_completion_tokens = 0
+            self.last_total_tokens = 0
+            self.compression_count = 0
+
+        def update_model(self, model, context_length, **kwargs):
+            self.context_length = context_length
+            self.threshold_tokens = context_length // 2
+
+        def update_from_response(self, usage):
+            self.last_prompt_tokens = usage.get("prompt_tokens", 0)
+
+        def should_compress(self, prompt_tokens=None):
+            tokens = self.last_prompt_tokens if prompt_tokens is None else prompt_tokens
+            return tokens >= self.threshold_tokens
+
+        def compress(self, messages, current_tokens=None, **kwargs):
+            raise RuntimeError("raising-engine always fails")
+
+
+    def register(ctx):
+        ctx.register_context_engine(RaisingEngine())
+''')
+
+
+def _rows(path: Path):
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    conn.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in conn.execute("SELECT * FROM events ORDER BY ts")]
+    finally:
+        conn.close()
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    """A Hermes home whose state.db holds one conversation of TURNS turns with several
+    compactions, and the live run's compress rows."""
+    mp = pytest.MonkeyPatch()
+    base = tmp_path_factory.mktemp("compare")
+    home = base / "home"
+    home.mkdir()
+    mp.setenv("HERMES_HOME", str(home))
+    install_llm(mp)
+    host.reset_plugin_discovery()
+    registry = Registry()
+    try:
+        with FakeLLMServer(model=MODEL, context_length=WINDOW, reply_chars=40_000) as llm:
+            (home / "config.yaml").write_text(
+                f"model:\n  default: {MODEL}\n  provider: custom\n  base_url: {llm.base_url}\n"
+                f"  context_length: {WINDOW}\n"
+                "compression:\n  protect_first_n: 1\n  protect_last_n: 2\n", encoding="utf-8")
+            agent = host.ai_agent_class()(
+                base_url=llm.base_url, api_key="sk-fake", provider="custom", model=MODEL, quiet_mode=True,
+                skip_context_files=True, skip_memory=True, enabled_toolsets=[], max_iterations=4,
+                save_trajectories=False, session_db=host.session_db(home / "state.db"))
+            observe(agent.context_compressor, settings={"store": {"path": str(base / "live.sqlite")}},
+                    registry=registry)
+            history = None
+            for i in range(TURNS):
+                result = agent.run_conversation(f"Question {i + 1}: go on. " + "detail " * 300,
+                                                conversation_history=history)
+                history = result["messages"]
+            live_session = agent.session_id
+        registry.flush(15)
+    finally:
+        registry.shutdown(5)
+        host.reset_plugin_discovery()
+        mp.undo()
+    live = [r for r in _rows(base / "live.sqlite") if r["hook"] == "compress" and r["event"] == "call"]
+    assert len(live) >= 3 and all(r["outcome"] == "compressed" for r in live), live
+    return {"home": home, "base": base, "live": live, "session": live_session}
+
+
+@pytest.fixture
+def engines_dir(tmp_path, monkeypatch):
+    """Hermes' bundled engine directory, with the raising engine in it."""
+    import plugins.context_engine as pce
+
+    d = tmp_path / "context_engine"
+    (d / "raising-engine").mkdir(parents=True)
+    (d / "raising-engine" / "__init__.py").write_text(RAISING_ENGINE, encoding="utf-8")
+    (d / "raising-engine" / "plugin.yaml").write_text("name: raising-engine\ndescription: raises\n")
+    monkeypatch.setattr(pce, "_CONTEXT_ENGINE_PLUGINS_DIR", d)
+    before = set(sys.modules)
+    yield d
+    for name in set(sys.modules) - before:
+        if name.startswith("plugins.context_engine."):
+            sys.modules.pop(name, None)
+
+
+def test_reads_the_original_transcript_back_from_state_db(recording):
+    [conv] = read_conversations(recording["home"] / "state.db", summary_body=host.compaction_summary_body)
+    assert conv.skip is None
+    assert [t["user"].split(":")[0] for t in conv.turns] == [f"Question {i + 1}" for i in range(TURNS)]
+    assert all(len(t["replies"]) == 1 and t["replies"][0]["content"].startswith(f"Answer {i + 1}:")
+               for i, t in enumerate(conv.turns))
+    assert conv.compactions == len(recording["live"]) == len(conv.summaries)
+
+
+def test_compare_replays_every_engine_and_reproduces_the_builtin(recording, engines_dir, tmp_path, capsys, monkeypatch):
+    pytest.importorskip("lossless_hermes")
+    install_llm(monkeypatch)      # as in the live run; the offline summariser stands in during the replay
+    out = tmp_path / "out"
+    code = main(["compare", "--engines", "compressor,lossless-hermes,raising-engine,not-installed",
+                 "--hermes-home", str(recording["home"]), "--usage", "chars", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert "[" + "#" * 30 + "] 4/4" in captured.err          # the progress bar, conversations × engines
+    report = json.loads((out / "compare.json").read_text())
+    assert report["replay"] is True and report["kind"] == "observed-engine-compare"
+    [conv] = report["conversations"]
+    assert conv["session_id"] == recording["session"]
+
+    builtin = conv["engines"]["compressor"]
+    assert builtin["status"] == "ok" and not builtin["divergences"], builtin
+    live = [(r["tokens_before"], r["tokens_after"], r["messages_before"], r["messages_after"])
+            for r in recording["live"]]
+    replayed = [(c["tokens_before"], c["tokens_after"], c["messages_before"], c["messages_after"])
+                for c in builtin["compression_list"]]
+    assert replayed == live
+    assert builtin["compressions"] == len(live) and builtin["summary_failures"] == 0
+    assert builtin["tokens_saved"] == sum(b - a for b, a, _, _ in live) > 0
+    assert builtin["cache_prefix_lost_tokens"] > 0        # each compaction rewrote the prompt's prefix
+    assert builtin["over_window_turns"] == []
+    assert builtin["compress_p50_s"] <= builtin["compress_p95_s"]
+
+    lcm = conv["engines"]["lossless-hermes"]
+    assert lcm["status"] == "ok" and lcm["engine_class"].startswith("lossless_hermes."), lcm
+    assert lcm["compress_calls"] >= 1 and lcm["turns_replayed"] == TURNS
+
+    raising = conv["engines"]["raising-engine"]
+    assert raising["compress_calls"] >= 1 and raising["outcomes"].get("error", 0) >= 1, raising
+
+    assert conv["engines"]["not-installed"]["status"] == "skipped"
+    assert "could not load engine 'not-installed'" in report["totals"]["not-installed"]["unavailable"]
+
+    md = (out / "compare.md").read_text()
+    assert "(replay)" in md and "`lossless-hermes`" in md and "unavailable" in md
+    assert "Question 1" not in md and "Question 1" not in json.dumps(report)   # no message text
+    assert md == captured.out
+
+
+def test_bad_input_is_one_clear_line(tmp_path, capsys):
+    empty = tmp_path / "empty-home"
+    empty.mkdir()
+    assert main(["compare", "--engines", "compressor", "--hermes-home", str(empty)]) == 2
+    err = capsys.readouterr().err
+    assert "no session store at" in err and "Traceback" not in err
+    with pytest.raises(CompareError, match="'observed' is this tool's own wrapper"):
+        run_compare(hermes_home=str(empty), engines="compressor,observed")
+    (empty / "state.db").write_text("not sqlite")
+    assert main(["compare", "--engines", "compressor", "--hermes-home", str(empty)]) == 2
+    assert "not a readable SQLite file" in capsys.readouterr().err
+
+
+def test_a_conversation_the_replay_cannot_reproduce_is_skipped_with_why(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    db = host.session_db(home / "state.db")
+    db.create_session(session_id="with-tools", source="cli", model=MODEL)
+    db.append_message("with-tools", "user", "list the files")
+    db.append_message("with-tools", "assistant", "", tool_calls=[{"id": "c1", "type": "function",
+                      "function": {"name": "terminal", "arguments": "{\"command\": \"ls\"}"}}])
+    db.append_message("with-tools", "tool", "a b c", tool_call_id="c1", tool_name="terminal")
+    db.create_session(session_id="images", source="cli", model=MODEL)
+    db.append_message("images", "user", [{"type": "text", "text": "what is this"},
+                                         {"type": "image_url", "image_url": {"url": "data:,"}}])
+    db.close()
+    report = run_compare(hermes_home=str(home), engines="compressor", out=tmp_path / "out", progress=None)
+    skips = {c["session_id"]: c["skip"] for c in report["conversations"]}
+    assert "tool" in skips["with-tools"] and "multimodal" in skips["images"], skips
+    assert "Skipped:" in (tmp_path / "out" / "compare.md").read_text()
