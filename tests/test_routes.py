@@ -243,47 +243,55 @@ BROKEN_ENTRYPOINT_CONFIG = """
 
 
 def test_entry_point_route_beside_another_engine_plugin(home, engines_dir, layatest, capsys):
+    """Each step compared with a real AIAgent's own engine selection (agent_init) on the same home."""
     from agent.context_compressor import ContextCompressor
 
-    # bare: Hermes runs layatest from its plugin system
-    write_config(home, "context:\n  engine: layatest\nplugins:\n  enabled: [layatest]\n")
-    bare = host.simulate_selection("layatest")
-    assert bare["route"] == "plugin" and type(bare["engine"]).__name__ == "LayatestEngine"
+    llm = FakeLLMServer(model=MODEL, context_length=64_000)
+    llm.__enter__()
+    model = textwrap.dedent(f"""
+        model:
+          default: {MODEL}
+          provider: custom
+          base_url: {llm.base_url}
+          context_length: 64000
+        """)
+    try:
+        # bare: Hermes runs layatest from its plugin system
+        write_config(home, "context:\n  engine: layatest\nplugins:\n  enabled: [layatest]\n" + model)
+        bare = host.simulate_selection("layatest")
+        assert bare["route"] == "plugin" and type(bare["engine"]).__name__ == "LayatestEngine"
+        assert type(agent_engine(llm)).__name__ == "LayatestEngine"
 
-    # what the old `install --route entrypoint` wrote: Hermes' real loader falls back
-    cli_entry_point.write(home)
-    write_config(home, BROKEN_ENTRYPOINT_CONFIG)
-    with oplugin.dry_run():
-        found = host.simulate_selection("observed")
-    assert found["engine"] is None and found["plugin_engine"] == "layatest"
-    assert [(r["plugin"], r["accepted"]) for r in found["registrations"]] == [
-        ("layatest", True), ("observed", False)]
-    code, out = run(capsys, "doctor", "--hermes-home", str(home))
-    assert code == 1, out
-    assert "[FAIL] selection: Hermes would not select observed and falls back to its built-in compressor" in out
-    assert "registered first by plugin 'layatest'" in out and "observed's registration was rejected" in out
-    assert "neither 'layatest' nor the observation runs" in out
-    assert "fix: `observed-engine install --route bundled`" in out
-    report = json.loads(run(capsys, "doctor", "--hermes-home", str(home), "--json")[1])
-    assert report["selection"]["observed"] is False and report["selection"]["plugin_engine"] == "layatest"
+        # what the old `install --route entrypoint` wrote: Hermes' real loader falls back
+        cli_entry_point.write(home)
+        write_config(home, textwrap.dedent(BROKEN_ENTRYPOINT_CONFIG) + model)
+        with oplugin.dry_run():
+            found = host.simulate_selection("observed")
+        assert found["engine"] is None and found["plugin_engine"] == "layatest"
+        assert [(r["plugin"], r["accepted"]) for r in found["registrations"]] == [
+            ("layatest", True), ("observed", False)]
+        engine = agent_engine(llm)                                  # the user loses layatest and the observation
+        assert type(engine) is ContextCompressor and not is_observed(engine)
+        code, out = run(capsys, "doctor", "--hermes-home", str(home))
+        assert code == 1, out
+        assert "[FAIL] selection: Hermes would not select observed and falls back to its built-in compressor" in out
+        assert "registered first by plugin 'layatest'" in out and "observed's registration was rejected" in out
+        assert "neither 'layatest' nor the observation runs" in out
+        assert "fix: `observed-engine install --route bundled`" in out
+        report = json.loads(run(capsys, "doctor", "--hermes-home", str(home), "--json")[1])
+        assert report["selection"]["observed"] is False and report["selection"]["plugin_engine"] == "layatest"
 
-    # the fix doctor gives works: the directory loader comes first and wraps layatest
-    code, out = run(capsys, "install", "--hermes-home", str(home), "--route", "bundled")
-    assert code == 0, out
-    assert "selection: Hermes selects observed through its directory loader, wrapping 'layatest'" in out
-    code, out = run(capsys, "doctor", "--hermes-home", str(home))
-    assert code == 0, out
-    with FakeLLMServer(model=MODEL, context_length=64_000) as llm:
-        write_config(home, (home / "config.yaml").read_text() + textwrap.dedent(f"""
-            model:
-              default: {MODEL}
-              provider: custom
-              base_url: {llm.base_url}
-              context_length: 64000
-            """))
+        # the fix doctor gives works: the directory loader comes first and wraps layatest
+        code, out = run(capsys, "install", "--hermes-home", str(home), "--route", "bundled")
+        assert code == 0, out
+        assert "selection: Hermes selects observed through its directory loader, wrapping 'layatest'" in out
+        code, out = run(capsys, "doctor", "--hermes-home", str(home))
+        assert code == 0, out
         engine = agent_engine(llm)
-    assert engine.name == "observed" and is_observed(engine)
-    assert type(engine).__name__ == "LayatestEngine" and not isinstance(engine, ContextCompressor)
+        assert engine.name == "observed" and is_observed(engine)
+        assert type(engine).__name__ == "LayatestEngine" and not isinstance(engine, ContextCompressor)
+    finally:
+        llm.__exit__(None, None, None)
 
 
 def test_install_refuses_the_entry_point_route_beside_another_engine_plugin(home, engines_dir, layatest,
