@@ -13,6 +13,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata as md
 import os
+import re
 import sqlite3
 import sys
 import time
@@ -102,7 +103,8 @@ def _agent(llm: FakeLLMServer):
 
     return AIAgent(base_url=llm.base_url, api_key="sk-fake", provider="custom", model=MODEL,
                    quiet_mode=True, skip_context_files=True, skip_memory=True, enabled_toolsets=[],
-                   max_iterations=4, save_trajectories=False, session_db=SessionDB())
+                   max_iterations=4, save_trajectories=False,
+                   session_db=SessionDB(db_path=Path(os.environ["HERMES_HOME"]) / "state.db"))
 
 
 def _chat(agent, turns: int = 8):
@@ -289,3 +291,38 @@ def test_should_compress_without_tokens_reports_the_state_the_engine_used(prov, 
     spans = [s for s in prov.exporter.get_finished_spans() if s.name == "context_engine.should_compress"]
     assert spans[0].attributes["hermes.context.checked_tokens.source"] == "state"
     assert spans[0].attributes["hermes.context.compression.blocked_reason"] == "ineffective_compression"
+
+
+def test_observing_changes_nothing_the_host_or_the_summariser_sees(hermes_env, tmp_path, monkeypatch):
+    """The same 8 turns with the bare built-in (context.engine: compressor) and with the observed one
+    reading Hermes' usage records: the same requests reach the provider (the summariser's included),
+    and Hermes records the same summary usage."""
+    home, providers = hermes_env
+    runs = {}
+    for engine in ("compressor", "observed"):
+        run_home = tmp_path / f"home-{engine}"
+        run_home.mkdir()
+        monkeypatch.setenv("HERMES_HOME", str(run_home))
+        _forget_unhealthy_providers()
+        with FakeLLMServer(model=MODEL, context_length=CONTEXT_LENGTH, cache=True, summary_model=SUMMARISER) as llm:
+            _config(run_home, llm)
+            if engine == "compressor":
+                text = (run_home / "config.yaml").read_text().replace("engine: observed", "engine: compressor")
+                (run_home / "config.yaml").write_text(text)
+            agent = _agent(llm)
+            assert observed_engine.is_observed(agent.context_compressor) == (engine == "observed")
+            _chat(agent)
+            requests = [[(m.get("role"), m.get("content")) for m in body.get("messages", [])] for body in llm.requests]
+        with sqlite3.connect(run_home / "state.db") as db:
+            usage = db.execute("SELECT model, input_tokens, output_tokens, api_call_count FROM session_model_usage "
+                               "WHERE task = 'compression'").fetchall()
+        runs[engine] = (requests, usage, agent.context_compressor.compression_count)
+    providers.flush()
+    assert runs["compressor"][2] == runs["observed"][2] >= 1
+    assert runs["compressor"][1] == runs["observed"][1] and runs["observed"][1]
+    bare, observed = runs["compressor"][0], runs["observed"][0]
+    assert len(bare) == len(observed)
+    # the session id (a timestamp) and the summariser prompt's own timestamps aside, the requests are equal
+    strip = re.compile(r"\d{8}_\d{6}_[0-9a-f]{6}|\d{4}-\d\d-\d\d[ T]\d\d:\d\d(:\d\d)?")
+    assert [[(r, strip.sub("#", str(c))) for r, c in req] for req in bare] == \
+        [[(r, strip.sub("#", str(c).replace("home-observed", "home-compressor"))) for r, c in req] for req in observed]
