@@ -16,18 +16,20 @@ version_pids=()
 version_names=()
 stop_versions() {
   for pid in "${version_pids[@]}"; do
-    kill "$pid" 2>/dev/null || true
+    kill -- "-$pid" 2>/dev/null || true
   done
 }
 trap stop_versions EXIT
 if [ -n "$HERMES_VERSIONS" ]; then
-  OBSERVED_HERMES_VERSIONS="$HERMES_VERSIONS" bash "$ROOT/scripts/setup_hermes_versions.sh" || exit 1
   for v in $HERMES_VERSIONS; do
     echo "test.sh: Hermes $v check started in the background (test-artifacts/hermes-$v.log)"
-    ( export OBSERVED_HERMES_VERSION="$v"
-      exec "$ROOT/.venv-hermes-$v/bin/python" -m pytest -q -p no:cacheprovider \
-        --junitxml="test-artifacts/junit-hermes-$v.xml" tests/hermes_versions \
-        >"test-artifacts/hermes-$v.log" 2>&1 ) &
+    # its venv (cached; created on a fresh machine, beside the main suite), then the check
+    # (a process group of its own: stopped whole, pip or pytest, if test.sh ends first)
+    OBSERVED_HERMES_VERSION="$v" ROOT="$ROOT" setsid -w bash -c '
+      bash "$ROOT/scripts/setup_hermes_versions.sh" "$OBSERVED_HERMES_VERSION" || exit 1
+      exec "$ROOT/.venv-hermes-$OBSERVED_HERMES_VERSION/bin/python" -m pytest -q -p no:cacheprovider \
+        --junitxml="test-artifacts/junit-hermes-$OBSERVED_HERMES_VERSION.xml" tests/hermes_versions
+    ' >"test-artifacts/hermes-$v.log" 2>&1 &
     version_pids+=($!)
     version_names+=("$v")
   done
