@@ -11,10 +11,12 @@ reproduce the live compressions exactly.
 
 from __future__ import annotations
 
+import io
 import json
 import sqlite3
 import sys
 import textwrap
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
@@ -122,21 +124,33 @@ def recording(tmp_path_factory):
     return {"home": home, "base": base, "live": live, "session": live_session}
 
 
-@pytest.fixture
-def engines_dir(tmp_path, monkeypatch):
-    """Hermes' bundled engine directory, with the raising engine in it."""
+@pytest.fixture(scope="module")
+def compared(recording):
+    """``observed-engine compare`` over the recording: the built-in, lossless-hermes, the raising
+    directory engine (in a stand-in for Hermes' bundled engine directory) and one not installed."""
+    pytest.importorskip("lossless_hermes")
     import plugins.context_engine as pce
 
-    d = tmp_path / "context_engine"
+    mp = pytest.MonkeyPatch()
+    d = recording["base"] / "context_engine"
     (d / "raising-engine").mkdir(parents=True)
     (d / "raising-engine" / "__init__.py").write_text(RAISING_ENGINE, encoding="utf-8")
     (d / "raising-engine" / "plugin.yaml").write_text("name: raising-engine\ndescription: raises\n")
-    monkeypatch.setattr(pce, "_CONTEXT_ENGINE_PLUGINS_DIR", d)
+    mp.setattr(pce, "_CONTEXT_ENGINE_PLUGINS_DIR", d)
+    install_llm(mp)     # as in the live run; the offline summariser stands in during the replay
     before = set(sys.modules)
-    yield d
-    for name in set(sys.modules) - before:
-        if name.startswith("plugins.context_engine."):
-            sys.modules.pop(name, None)
+    out = recording["base"] / "compare-runs" / "run-1"
+    stdout, stderr = io.StringIO(), io.StringIO()
+    try:
+        with redirect_stdout(stdout), redirect_stderr(stderr):
+            code = main(["compare", "--engines", "compressor,lossless-hermes,raising-engine,not-installed",
+                         "--hermes-home", str(recording["home"]), "--usage", "chars", "--out", str(out)])
+    finally:
+        mp.undo()
+        for name in set(sys.modules) - before:
+            if name.startswith("plugins.context_engine."):
+                sys.modules.pop(name, None)
+    return {"code": code, "out": out, "stdout": stdout.getvalue(), "stderr": stderr.getvalue()}
 
 
 def test_reads_the_original_transcript_back_from_state_db(recording):
@@ -148,15 +162,10 @@ def test_reads_the_original_transcript_back_from_state_db(recording):
     assert conv.compactions == len(recording["live"]) == len(conv.summaries)
 
 
-def test_compare_replays_every_engine_and_reproduces_the_builtin(recording, engines_dir, tmp_path, capsys, monkeypatch):
-    pytest.importorskip("lossless_hermes")
-    install_llm(monkeypatch)      # as in the live run; the offline summariser stands in during the replay
-    out = tmp_path / "out"
-    code = main(["compare", "--engines", "compressor,lossless-hermes,raising-engine,not-installed",
-                 "--hermes-home", str(recording["home"]), "--usage", "chars", "--out", str(out)])
-    captured = capsys.readouterr()
-    assert code == 0, captured.err
-    assert "[" + "#" * 30 + "] 4/4" in captured.err          # the progress bar, conversations × engines
+def test_compare_replays_every_engine_and_reproduces_the_builtin(recording, compared):
+    out = compared["out"]
+    assert compared["code"] == 0, compared["stderr"]
+    assert "[" + "#" * 30 + "] 4/4" in compared["stderr"]     # the progress bar, conversations × engines
     report = json.loads((out / "compare.json").read_text())
     assert report["replay"] is True and report["kind"] == "observed-engine-compare"
     [conv] = report["conversations"]
@@ -188,7 +197,32 @@ def test_compare_replays_every_engine_and_reproduces_the_builtin(recording, engi
     md = (out / "compare.md").read_text()
     assert "(replay)" in md and "`lossless-hermes`" in md and "unavailable" in md
     assert "Question 1" not in md and "Question 1" not in json.dumps(report)   # no message text
-    assert md == captured.out
+    assert md == compared["stdout"]
+
+
+def test_the_dashboard_opens_a_replay_run_apart_from_live_data(recording, compared, monkeypatch):
+    from streamlit.testing.v1 import AppTest
+
+    for var in ("OBSERVED_PROMETHEUS_URL", "OBSERVED_SOURCE", "OBSERVED_ALLOW_SOURCE_CHANGE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("OBSERVED_STORE", str(recording["base"] / "live.sqlite"))
+    monkeypatch.setenv("OBSERVED_COMPARE_DIR", str(compared["out"].parent))
+    monkeypatch.setattr(sys, "argv", ["app.py"])
+    at = AppTest.from_file("../dashboard/app.py", default_timeout=120)
+    at.session_state["view"] = "Compare engines"
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not [w for w in at.warning if "Replay" in w.value]          # live data by default
+    at.radio(key="compare_data").set_value("Replay run (observed-engine compare)")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert any("Replay: these numbers come from replaying" in w.value for w in at.warning)
+    frames = [e.value for e in at.dataframe]
+    engines = next(f for f in frames if "tokens saved" in f.columns).set_index("engine")
+    assert list(engines.index) == ["compressor", "lossless-hermes", "raising-engine", "not-installed"]
+    report = json.loads((compared["out"] / "compare.json").read_text())
+    assert engines.loc["compressor", "compressions"] == str(report["totals"]["compressor"]["compressions"])
+    assert engines.loc["not-installed", "status"].startswith("unavailable")
 
 
 def test_bad_input_is_one_clear_line(tmp_path, capsys):

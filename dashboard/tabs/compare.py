@@ -1,4 +1,5 @@
-"""Compare engines: two engines side by side over the same (cached) queries as the other tabs."""
+"""Compare engines: two engines side by side over the same (cached) queries as the other tabs, or
+a replay run of ``observed-engine compare`` (compare_replay.py), shown apart from live data."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from observed_engine.contract import vocabulary as vocab
 from .. import charts
 from ..context import Ctx, chart
 from ..format import fmt_int, fmt_pct, fmt_seconds, fmt_tokens, literal
+from . import compare_replay
 
 TITLE = "Compare engines"
+LIVE, REPLAY = "Live traffic", "Replay run (observed-engine compare)"
 TIMEOUT_EVENTS = (vocab.DEADLINE_EXCEEDED, vocab.HOST_REPORTED)
 FORMATS = {"compress p50": fmt_seconds, "compress p95": fmt_seconds, "compress p99": fmt_seconds,
            "tokens after / before": lambda v: fmt_pct(v, 0), "churn rate": fmt_pct,
@@ -54,6 +57,9 @@ def metrics_of(eng, comp, sel, lat, inc) -> dict:
 
 
 def render(ctx: Ctx) -> None:
+    if st.radio("Data", (LIVE, REPLAY), horizontal=True, key="compare_data") == REPLAY:
+        compare_replay.render()
+        return
     engines = list(ctx.all_engines)
     if len(engines) < 2:
         st.info("Comparison needs two engines; the source has " +
