@@ -22,7 +22,7 @@ import pytest
 import observed_engine
 from observed_engine import host, is_observed
 from observed_engine import plugin as oplugin
-from tests.support.entry_points import engine_plugin, forget_modules
+from support.entry_points import engine_plugin, forget_modules
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"

@@ -29,7 +29,7 @@ import observed_engine
 from observed_engine import cli, host, is_observed
 from observed_engine import plugin as oplugin
 from observed_engine.cli import entry_point as cli_entry_point
-from tests.support.entry_points import GROUP, engine_plugin, forget_modules
+from support.entry_points import GROUP, engine_plugin, forget_modules
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
