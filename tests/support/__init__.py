@@ -6,5 +6,6 @@
 * otel.py -- in-memory providers (Providers) and exact metric reads;
 * servers.py -- free ports, dead endpoints, /metrics scrapes, real Prometheus / Alertmanager, a webhook;
 * deploy.py -- the shipped deploy/ files; logs.py -- observed-engine's log records;
+* entry_points.py -- real hermes_agent.plugins entry-point plugins (a module and a dist-info on sys.path);
 * store_rows.py -- reading the store; latency.py, real_feeds.py, store_writer_proc.py -- as they say.
 """
