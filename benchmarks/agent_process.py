@@ -11,11 +11,17 @@ runs in this, the parent, process: its CPU is not counted). Two workloads:
             the process exits normally.
   oneshot   what ``hermes -z`` does: one turn, the same session end, then ``os._exit(0)``.
 
-Modes: ``bare`` (Hermes' own compressor) and ``observed`` (``context.engine: observed``
-around it, through the installed plugin entry point: spans, metrics -- Prometheus
-``/metrics`` on a loopback port, nobody scraping -- and the SQLite store all on).
-``--otlp`` adds a third mode, ``observed+otlp``, exporting spans and metrics over OTLP/HTTP
-to a loopback sink in this process.
+Modes: ``bare`` (Hermes' own compressor); ``observed`` (``context.engine: observed`` around
+it, through the plugin's entry point, with the installed defaults: the SQLite store; metrics and
+spans go to the process's global OpenTelemetry providers, which Hermes leaves unset);
+``observed-full`` (also Prometheus ``/metrics`` on a loopback port, nobody scraping, and OTLP/HTTP
+spans and metrics to a loopback receiver in this process: everything on); ``observed-inproc``
+(``observed`` with ``OBSERVED_TOKENIZER_PROCESS=0``: the encoding loaded in the process, as before
+the token-counting helper). ``--modes`` picks.
+
+A probe thread in each child sleeps 1 ms at a time and notes how late it wakes; the longest delay
+per turn is how long a thread wanting the GIL back (the host's, when its provider answers) had to
+wait, plus the OS's scheduling delay, which bare runs show too.
 
 Runs alternate between the modes (rotating the order) ``--rounds`` times. Per run, from the
 child's ``wait4()`` rusage: whole-process CPU (user + system, everything up to the exit);
@@ -23,7 +29,7 @@ from the child itself: wall time of each turn (which turns compressed), and the 
 observer's own threads (``/proc/self/task/<tid>/stat``). Printed: medians per mode and the
 observed/bare ratios, plus each run's figures.
 
-    python benchmarks/agent_process.py [--rounds 5] [--turns 12] [--oneshot-rounds 5] [--otlp]
+    python benchmarks/agent_process.py [--rounds 5] [--turns 12] [--oneshot-rounds 5] [--modes bare,observed,observed-full]
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 MODEL = "fake-model"
 CONTEXT_LENGTH = 64_000
-REPLY_CHARS = 40_000
+REPLY_CHARS = 52_000
 QUESTION = "detail " * 300
 
 
@@ -74,9 +80,93 @@ def _observer_threads() -> dict:
     return out
 
 
+def _helper_cpu() -> float:
+    """CPU seconds of the token-counting helper processes (observed_engine.tokens.helper) so far."""
+    helper = sys.modules.get("observed_engine.tokens.helper")
+    total = 0.0
+    for h in list(getattr(helper, "_HELPERS", {}).values()):
+        try:
+            with open(f"/proc/{h.pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def _declare_entry_point() -> None:
+    """The plugin's entry point as ``observed-engine install --route entrypoint`` declares it, for
+    this process only (the shared virtualenv is left as it is); Hermes' own loader finds it."""
+    import importlib.metadata as md
+
+    group = "hermes_agent.plugins"
+    if any(ep.name == "observed" for ep in md.entry_points(group=group)):
+        return
+    ep = md.EntryPoint(name="observed", value="observed_engine.hermes_plugin", group=group)
+    real = md.entry_points
+
+    def entry_points(**params):
+        if params:
+            return md.EntryPoints(list(real(**params)) + list(md.EntryPoints([ep]).select(**params)))
+        groups = real()
+        flat = [e for eps in groups.values() for e in eps] if isinstance(groups, dict) else list(groups)
+        return md.EntryPoints(flat + [ep])
+
+    md.entry_points = entry_points
+
+
+class StallProbe:
+    """A thread that sleeps 1 ms at a time and notes how late it wakes: how long a thread that wants
+    the GIL back (as the host's does when its provider answers) waits for it, plus the OS's own
+    scheduling delay (the same in every mode). ``take()``: the longest delay since the last take."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.longest = 0.0
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="bench-stall-probe", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        clock = time.perf_counter
+        while not self._stop:
+            t0 = clock()
+            time.sleep(0.001)
+            late = clock() - t0 - 0.001
+            if late > self.longest:
+                self.longest = late
+
+    def take(self) -> float:
+        longest, self.longest = self.longest, 0.0
+        return longest
+
+    def stop(self) -> None:
+        self._stop = True
+
+
 def child(mode: str, workload: str, turns: int) -> None:
     cpu = time.process_time
     t_start, c_start = time.perf_counter(), cpu()
+    observer = {"import_cpu_s": 0.0, "build_cpu_s": 0.0}
+    if mode != "bare":
+        _declare_entry_point()
+        # the observer's imports, ahead of Hermes' (modules Hermes imports anyway are charged here too)
+        c0 = cpu()
+        import observed_engine.api as api
+        import observed_engine.hermes_plugin  # noqa: F401
+        import observed_engine.pipeline.pipeline  # noqa: F401
+        observer["import_cpu_s"] = cpu() - c0
+        observe = api.observe
+
+        def timed_observe(*args, **kwargs):       # pipeline, providers, store, generated class
+            c1 = cpu()
+            try:
+                return observe(*args, **kwargs)
+            finally:
+                observer["build_cpu_s"] += cpu() - c1
+
+        api.observe = timed_observe
     from run_agent import AIAgent
 
     base_url = os.environ["BENCH_BASE_URL"]
@@ -90,19 +180,22 @@ def child(mode: str, workload: str, turns: int) -> None:
              "engine": type(engine).__name__, "observed": getattr(engine, "name", None) == "observed"}
     history = None
     per_turn = []
+    probe = StallProbe()
     for i in range(turns):
         before = engine.compression_count
+        probe.take()
         t0, c0 = time.perf_counter(), cpu()
         result = agent.run_conversation(f"Question {i + 1}: go on. " + QUESTION, conversation_history=history)
         history = result.get("messages")
         per_turn.append({"wall_s": time.perf_counter() - t0, "cpu_s": cpu() - c0,
-                         "compressed": engine.compression_count - before})
-    t0 = time.perf_counter()
+                         "compressed": engine.compression_count - before, "stall_s": probe.take()})
+    probe.stop()
+    t0, c0 = time.perf_counter(), cpu()
     agent.shutdown_memory_provider(history)      # -> the engine's on_session_end (observed: delivery)
     agent.close()
-    end_wall = time.perf_counter() - t0
+    end_wall, end_cpu = time.perf_counter() - t0, cpu() - c0
     report = {"mode": mode, "workload": workload, "setup": setup, "turns": per_turn,
-              "end_wall_s": end_wall, "threads": _observer_threads(),
+              "end_wall_s": end_wall, "end_cpu_s": end_cpu, "observer": observer, "threads": _observer_threads(), "helpers": _helper_cpu(),
               "compressions": engine.compression_count}
     sys.stdout.write("BENCH " + json.dumps(report) + "\n")
     sys.stdout.flush()
@@ -113,6 +206,7 @@ def child(mode: str, workload: str, turns: int) -> None:
 # --------------------------------------------------------------------------- parent
 
 def _config(mode: str, base_url: str, prom_port: int, otlp_url: str | None) -> str:
+    """Hermes' config.yaml for ``mode``."""
     text = ("model:\n"
             f"  default: {MODEL}\n  provider: custom\n  base_url: {base_url}\n"
             f"  context_length: {CONTEXT_LENGTH}\n"
@@ -121,10 +215,10 @@ def _config(mode: str, base_url: str, prom_port: int, otlp_url: str | None) -> s
         return text
     text += ("context:\n  engine: observed\n"
              "plugins:\n  enabled:\n    - observed\n"
-             "observed:\n  inner: compressor\n"
-             f"  prometheus:\n    enabled: true\n    host: 127.0.0.1\n    port: {prom_port}\n")
-    if otlp_url:
-        text += f"  otlp:\n    enabled: true\n    protocol: http/protobuf\n    endpoint: {otlp_url}\n"
+             "observed:\n  inner: compressor\n")
+    if mode == "observed-full":
+        text += (f"  prometheus:\n    enabled: true\n    host: 127.0.0.1\n    port: {prom_port}\n"
+                 f"  otlp:\n    enabled: true\n    protocol: http/protobuf\n    endpoint: {otlp_url}\n")
     return text
 
 
@@ -136,6 +230,8 @@ def run_one(mode: str, workload: str, turns: int, base_url: str, otlp_url: str |
     env = {k: v for k, v in os.environ.items()
            if not (k.startswith("OTEL_") or k.endswith("_API_KEY") or k == "TIKTOKEN_CACHE_DIR")}
     env.update(HERMES_HOME=home, BENCH_BASE_URL=base_url, PYTHONUNBUFFERED="1")
+    if mode == "observed-inproc":
+        env["OBSERVED_TOKENIZER_PROCESS"] = "0"      # as before the helper: the encoding loaded here
     out_path = Path(home, "child.out")
     with open(out_path, "wb") as out:
         proc = subprocess.Popen([sys.executable, __file__, "--child", mode, workload, str(turns)],
@@ -184,7 +280,7 @@ def summarise(workload: str, runs: dict) -> None:
              for m in modes}
     row("  minus bare (paired) s", diffs, "{:+16.3f}")
     row("setup (import + AIAgent) CPU s", {m: _median([r["setup"]["cpu_s"] for r in runs[m]]) for m in modes})
-    row("turns' main-thread CPU s", {m: _median([sum(t["cpu_s"] for t in r["turns"]) for r in runs[m]])
+    row("turns' process CPU s", {m: _median([sum(t["cpu_s"] for t in r["turns"]) for r in runs[m]])
                                      for m in modes})
     row("all turns wall s", {m: _median([sum(t["wall_s"] for t in r["turns"]) for r in runs[m]])
                             for m in modes}, ratio=True)
@@ -196,9 +292,24 @@ def summarise(workload: str, runs: dict) -> None:
         row("  minus bare (paired) ms", {m: 1000 * _median([
             (o - b) if o is not None and b is not None else None
             for o, b in zip(first_compress[m], first_compress["bare"])]) for m in modes}, "{:+16.1f}")
+        row("  longest stall in it ms", {m: 1000 * _median([
+            next((t["stall_s"] for t in r["turns"] if t["compressed"]), None) for r in runs[m]]) for m in modes},
+            "{:16.1f}")
+    row("longest stall, any turn ms", {m: 1000 * _median([max(t["stall_s"] for t in r["turns"]) for r in runs[m]])
+                                       for m in modes}, "{:16.1f}")
     row("session end wall ms", {m: 1000 * _median([r["end_wall_s"] for r in runs[m]]) for m in modes},
         "{:16.1f}")
+    row("observer imports CPU s", {m: _median([r["observer"]["import_cpu_s"] for r in runs[m]]) for m in modes})
+    row("observer engine build CPU s", {m: _median([r["observer"]["build_cpu_s"] for r in runs[m]])
+                                        for m in modes})
+    row("session end CPU s", {m: _median([r["end_cpu_s"] for r in runs[m]]) for m in modes})
+    row("observer threads CPU s", {m: _median([sum(r["threads"].values()) for r in runs[m]]) for m in modes})
+    end_bare = _median([r["end_cpu_s"] for r in runs["bare"]])
+    row("observation CPU, attributed s", {m: _median([
+        r["observer"]["import_cpu_s"] + r["observer"]["build_cpu_s"] + sum(r["threads"].values())
+        + max(0.0, r["end_cpu_s"] - end_bare) for r in runs[m]]) for m in modes})
     row("compressions", {m: _median([r["compressions"] for r in runs[m]]) for m in modes}, "{:16.0f}")
+    row("token helper process CPU s", {m: _median([r.get("helpers", 0.0) for r in runs[m]]) for m in modes})
     row("peak RSS MB", {m: _median([r["maxrss_mb"] for r in runs[m]]) for m in modes}, "{:16.1f}")
     names = sorted({n for m in modes for r in runs[m] for n in r["threads"]})
     for name in names:
@@ -214,7 +325,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=5, help="session runs per mode")
     parser.add_argument("--turns", type=int, default=12)
     parser.add_argument("--oneshot-rounds", type=int, default=5, help="oneshot runs per mode (0: skip)")
-    parser.add_argument("--otlp", action="store_true", help="also an observed mode exporting OTLP/HTTP")
+    parser.add_argument("--modes", default="bare,observed,observed-full")
     parser.add_argument("--child", nargs=3, metavar=("MODE", "WORKLOAD", "TURNS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -223,15 +334,16 @@ def main(argv=None) -> int:
 
     from fake_llm_server import FakeLLMServer
 
-    modes = ["bare", "observed"]
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if modes[0] != "bare" or not set(modes) <= {"bare", "observed", "observed-full", "observed-inproc"}:
+        parser.error("--modes: bare first, then any of observed, observed-full, observed-inproc")
     sink = None
     otlp_url = None
-    if args.otlp:
+    if "observed-full" in modes:
         from otlp_receiver import OtlpReceiver
 
         sink = OtlpReceiver(grpc_enabled=False).start()
         otlp_url = sink.http_endpoint
-        modes.append("observed+otlp")
     with FakeLLMServer(model=MODEL, context_length=CONTEXT_LENGTH, reply_chars=REPLY_CHARS) as llm:
         for workload, rounds, turns in (("session", args.rounds, args.turns), ("oneshot", args.oneshot_rounds, 1)):
             if rounds <= 0:
@@ -240,7 +352,7 @@ def main(argv=None) -> int:
             for r in range(rounds):
                 order = modes[r % len(modes):] + modes[:r % len(modes)]
                 for mode in order:
-                    report = run_one(mode, workload, turns, llm.base_url, otlp_url if "otlp" in mode else None)
+                    report = run_one(mode, workload, turns, llm.base_url, otlp_url)
                     if mode != "bare" and not report["setup"]["observed"]:
                         raise RuntimeError(f"{mode}: the host did not get the observed engine: {report['setup']}")
                     runs[mode].append(report)

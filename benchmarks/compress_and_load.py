@@ -147,7 +147,7 @@ def bench_compress(store_dir: str) -> None:
     print(f"  warm: hook path + worker for the transcript plus one new message {warm_total_ms:.2f} ms")
 
 
-def bench_load(rate: int, seconds: float, store_dir: str) -> None:
+def bench_load(rate: int, seconds: float, store_dir: str, spans: bool = False, queue: int = 1_000_000) -> None:
     import observed_engine
     from agent.context_compressor import ContextCompressor
     from observed_engine.api import pipeline_for
@@ -155,10 +155,14 @@ def bench_load(rate: int, seconds: float, store_dir: str) -> None:
     reader = InMemoryMetricReader()
     mp = MeterProvider(metric_readers=[reader])
     path = os.path.join(store_dir, "load.sqlite")
-    settings = {"traces": False, "store": {"path": path}, "queue_size": 1_000_000}
+    settings = {"traces": spans, "store": {"path": path}, "queue_size": queue}
+    tp = None
+    if spans:      # the SDK's batch processor into a discarding exporter, its queue as big as ours
+        tp = TracerProvider()
+        tp.add_span_processor(BatchSpanProcessor(Discard(), max_queue_size=max(queue, 2048)))
     engine = observed_engine.observe(ContextCompressor("gpt-4o", config_context_length=200_000, quiet_mode=True),
-                                     meter_provider=mp, settings=settings)
-    telemetry = pipeline_for(meter_provider=mp, settings=settings)
+                                     tracer_provider=tp, meter_provider=mp, settings=settings)
+    telemetry = pipeline_for(tracer_provider=tp, meter_provider=mp, settings=settings)
     threads = 2
     per_thread = int(rate * seconds / threads)
     usage = {"prompt_tokens": 1000, "completion_tokens": 10, "total_tokens": 1010}
@@ -191,7 +195,7 @@ def bench_load(rate: int, seconds: float, store_dir: str) -> None:
     total = counter_total(reader, "hermes.context_engine.hook.calls")
     rows = sqlite3.connect(path).execute("select count(*) from events where event='call'").fetchone()[0]
     print(f"sustained load: {calls} hook calls in {elapsed:.1f} s = {calls / elapsed:,.0f}/s from {threads} threads "
-          f"(metrics + store); backlog at end {backlog}; process CPU {cpu / elapsed * 100:.0f}% of one core")
+          f"({'spans + ' if spans else ''}metrics + store, queue {queue:,}); backlog at end {backlog}; process CPU {cpu / elapsed * 100:.0f}% of one core")
     print(f"  hook_calls counter total {total} (expected {calls}: {'exact' if total == calls else 'MISMATCH'}); "
           f"store rows {rows} ({'exact' if rows == calls else 'MISMATCH'}); dropped {telemetry.recorder.dropped}")
 
@@ -228,13 +232,15 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--calls", type=int, default=1_000_000)
     parser.add_argument("--skip", default="", help="comma list of compress,load,memory to skip")
+    parser.add_argument("--spans", action="store_true", help="load: spans on too")
+    parser.add_argument("--queue", type=int, default=1_000_000, help="load: the event queue bound")
     args = parser.parse_args(argv)
     store_dir = tempfile.mkdtemp(prefix="observed-bench-store-")
     skip = set(filter(None, args.skip.split(",")))
     if "compress" not in skip:
         bench_compress(store_dir)
     if "load" not in skip:
-        bench_load(args.rate, args.seconds, store_dir)
+        bench_load(args.rate, args.seconds, store_dir, args.spans, args.queue)
     if "memory" not in skip:
         bench_memory(args.calls, store_dir)
     return 0
