@@ -326,3 +326,50 @@ def test_observing_changes_nothing_the_host_or_the_summariser_sees(hermes_env, t
     strip = re.compile(r"\d{8}_\d{6}_[0-9a-f]{6}|\d{4}-\d\d-\d\d[ T]\d\d:\d\d(:\d\d)?")
     assert [[(r, strip.sub("#", str(c))) for r, c in req] for req in bare] == \
         [[(r, strip.sub("#", str(c).replace("home-observed", "home-compressor"))) for r, c in req] for req in observed]
+
+
+def test_engine_reasons_info_results_preflight_and_an_engine_reported_block(prov, observe_engine, store_path):
+    """Other engines: should_compress_info's reason (dict or pair), should_compress_preflight's messages
+    counted, an engine's own compression_blocked_reason (known and unknown), odd results left alone."""
+    from support.engines import ScriptedEngine
+
+    class InfoEngine(ScriptedEngine):
+        answers: list = []
+
+        def should_compress_info(self, prompt_tokens=None):
+            return self.answers.pop(0)
+
+        def should_compress_preflight(self, messages):
+            return False
+
+    engine = observe_engine(InfoEngine("info", context_length=100_000, threshold_tokens=50_000))
+    InfoEngine.answers = [{"should_compress": False, "reason": "waiting_for_tool_results"},
+                          (True, "over_budget"), object(), False]
+    assert engine.should_compress_info(60_000)["reason"] == "waiting_for_tool_results"
+    assert engine.should_compress_info(60_000) == (True, "over_budget")
+    engine.should_compress_info(60_000)                           # not a readable answer: no decision
+    vars(engine)["compression_blocked_reason"] = "attempts_exhausted"
+    assert engine.should_compress_info(60_000) is False
+    observed_engine.flush(10)
+    vars(engine)["compression_blocked_reason"] = "quota_for_today"
+    assert engine.should_compress_preflight([{"role": "user", "content": "word " * 2000}]) is False
+    observed_engine.flush(10)
+    vars(engine)["compression_blocked_reason"] = None
+    engine.should_compress(1_000)
+    observed_engine.flush(10)
+    with sqlite3.connect(store_path) as db:
+        decisions = db.execute("SELECT hook, decision, reason, checked_tokens, threshold_tokens FROM events "
+                               "WHERE event='call' AND hook LIKE 'should_%' ORDER BY ts").fetchall()
+        blocks = db.execute("SELECT outcome, reason FROM events WHERE event='compression_blocked' ORDER BY ts, id").fetchall()
+    assert decisions[0] == ("should_compress_info", "skip", "waiting_for_tool_results", 60_000, 50_000)
+    assert decisions[1] == ("should_compress_info", "compress", "over_budget", 60_000, 50_000)
+    assert decisions[2][1:3] == (None, None)
+    assert decisions[3] == ("should_compress_info", "skip", "attempts_exhausted", 60_000, 50_000)
+    preflight = decisions[4]
+    assert preflight[0] == "should_compress_preflight" and preflight[1] == "skip" and 1_000 < preflight[3] < 50_000
+    assert preflight[2] == "below_threshold"
+    assert decisions[5] == ("should_compress", "skip", "below_threshold", 1_000, 50_000)
+    assert blocks == [("started", "attempts_exhausted"), ("ended", "attempts_exhausted"), ("started", "other"),
+                      ("ended", "other")]
+    checks = prov.by_label("hermes.context.compression.checks", "decision")
+    assert checks == {"skip": 4, "compress": 1}

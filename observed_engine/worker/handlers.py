@@ -106,10 +106,8 @@ def track_blocked(w, mem, engine, row) -> None:
     if reasons == frozenset(current):
         return
     started: Dict[str, float] = dict(current) if isinstance(current, dict) else {}
-    for reason in sorted(reasons - started.keys()):
-        started[reason] = row["ts"]
-        w.event_row(mem, row, "compress", v.EVENT_COMPRESSION_BLOCKED, v.BLOCK_STARTED, reason, None)
-    for reason in sorted(started.keys() - reasons):
+    new = sorted(reasons - started.keys())
+    for reason in sorted(started.keys() - reasons):   # ends first: one reason may follow another
         ts = row["ts"]
         if reason == v.BLOCKED_SUMMARY_COOLDOWN:
             ended = cooldown_ended_at(engine, now)
@@ -118,6 +116,9 @@ def track_blocked(w, mem, engine, row) -> None:
         began = started.pop(reason)
         w.event_row(mem, {"ts": ts}, "compress", v.EVENT_COMPRESSION_BLOCKED, v.BLOCK_ENDED, reason,
                     max(ts - began, 0.0))
+    for reason in new:
+        started[reason] = row["ts"]
+        w.event_row(mem, row, "compress", v.EVENT_COMPRESSION_BLOCKED, v.BLOCK_STARTED, reason, None)
     mem.blocked = started
 
 
