@@ -16,6 +16,8 @@ import copy
 import functools
 import inspect
 import pickle
+import threading
+import time
 
 import pytest
 from agent.context_compressor import ContextCompressor
@@ -147,6 +149,34 @@ def test_a_patch_of_a_base_class_and_a_non_function_patch(observe_engine, monkey
     assert observed.should_compress(1) == bare.should_compress(1) == "base-patched"
     monkeypatch.setattr(Sub, "should_compress", staticmethod(lambda prompt_tokens=None: ("static", prompt_tokens)))
     assert observed.should_compress(2) == bare.should_compress(2) == ("static", 2)
+
+
+def test_a_patch_while_other_threads_call_the_hook(observe_engine, monkeypatch):
+    engines = [observe_engine(_built_in()) for _ in range(4)]
+    started, patched, errors, after = threading.Barrier(5), threading.Event(), [], []
+
+    def call(engine):
+        try:
+            started.wait(10)
+            for _ in range(1500):
+                was_patched = patched.is_set()
+                result = engine.should_defer_preflight_to_real_usage(10)
+                if was_patched:
+                    after.append(result)
+        except BaseException as exc:   # pragma: no cover - the failure is reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call, args=(e,)) for e in engines]
+    for t in threads:
+        t.start()
+    started.wait(10)
+    time.sleep(0.002)
+    _incontext_style_patch(monkeypatch)
+    patched.set()
+    for t in threads:
+        t.join(10)
+    assert not errors and all(r is True for r in after)
+    assert all(e.should_defer_preflight_to_real_usage(10) is True for e in engines)
 
 
 # -- item 8: type(self).__dict__ --------------------------------------------------------------
