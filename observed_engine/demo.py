@@ -1,22 +1,24 @@
-"""``observed-engine demo``: realistic traffic through real engines, and the live dashboard.
+"""``observed-engine demo``: real Hermes agents through the observed engine, and the live dashboard.
 
-Runs several concurrent sessions, the way a Hermes gateway would, through two
-observed engines:
+Runs several concurrent sessions of Hermes' own agent loop (``run_agent.AIAgent.run_conversation``,
+the code a gateway runs) against the demo's own fake LLM, an OpenAI-compatible server on
+127.0.0.1 (``DemoLLM``): nothing leaves the machine. The agents run in a private Hermes home
+next to the store whose config.yaml selects ``context.engine: observed`` through Hermes' plugin
+system, so what the store shows is what Hermes does: the host's preflight checks, its
+``last_prompt_tokens = -1`` write after a compaction, the real ``compress_context``, and the
+built-in compressor's cooldown after its summariser fails. Two engines:
 
-* ``compressor`` -- Hermes' own built-in ``ContextCompressor`` (its summariser's
-  LLM call is answered offline; everything else is the real engine), driven like
-  the host drives it: update_from_response → should_compress → compress, with the
-  host's ``last_prompt_tokens = -1`` write after each compaction;
-* ``topic-router`` -- a small demo engine with ``select_context`` (per-request
-  retrieval by topic) and its own trimming ``compress``.
+* ``compressor`` -- Hermes' built-in ``ContextCompressor``, wrapped by the plugin;
+* ``topic-router`` -- the built-in under another name plus ``select_context`` (per-request
+  retrieval by topic), set on every third agent the way the host sets a plugin engine. Hermes
+  0.19.0 never calls ``select_context``: the demo calls it from Hermes' ``pre_api_request`` hook,
+  before every provider request, as head Hermes does (the result is not applied).
 
-Now and then a summary is slow enough to pass the compression deadline, or the
-summary model fails (a 503 makes the compressor insert its fallback summary, a
-dropped connection makes it abort; either way its cooldown keeps that session
-without real summaries for a while, as in production), and the router returns
-garbage from ``select_context`` (the host falls open). All of it
-lands in the embedded SQLite store that the dashboard reads; the dashboard is
-served on 127.0.0.1 while the traffic runs.
+The fake LLM reports prompt-cache reads, and every few summaries one is slow enough to pass the
+compression deadline or fails (HTTP 401, then a dropped connection); now and then the router
+returns garbage from ``select_context`` (the host falls open). All of it lands in the SQLite
+store (default ``$HERMES_HOME/observed/demo.sqlite``) that the dashboard, served on 127.0.0.1
+while the traffic runs, reads.
 """
 
 from __future__ import annotations
@@ -26,13 +28,13 @@ import copy
 import importlib.util
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Dict, List, Optional
 
 from . import host
@@ -48,42 +50,27 @@ def _text(rng: random.Random, n_words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n_words))
 
 
-def _rough_tokens(messages: List[Dict[str, Any]]) -> int:
-    return sum(len(str(m.get("content") or "")) for m in messages) // 4 + 4 * len(messages)
-
-
 # -- the second engine ------------------------------------------------------------------
 
 def make_topic_router(context_length: int = 128_000):
-    ContextEngine = host.context_engine_abc()
+    """The router: Hermes' built-in compressor (its real summarising ``compress``) under another
+    name, plus ``select_context`` (per-request retrieval by topic)."""
+    Compressor = host.context_compressor_class()
 
-    class TopicRouterEngine(ContextEngine):
-        """Demo engine: routes each request to the messages of its topic; trims on compress."""
+    class TopicRouterEngine(Compressor):
+        """Demo engine: routes each request to the messages of its topic; the built-in compresses."""
 
-        name = "topic-router"
+        @property
+        def name(self) -> str:
+            return "topic-router"
 
         def __init__(self, garbage_rate: float = 0.05) -> None:
-            self.context_length = context_length
-            self.threshold_percent = 0.6
-            self.threshold_tokens = int(context_length * self.threshold_percent)
+            super().__init__(CHAT_MODEL, threshold_percent=0.6, protect_first_n=1, protect_last_n=2,
+                             config_context_length=context_length, quiet_mode=True)
             self.garbage_rate = garbage_rate
             self._selection: Optional[list] = None
             self._topic: Optional[str] = None
             self._rng = random.Random(7)
-
-        def update_from_response(self, usage):
-            self.last_prompt_tokens = usage.get("prompt_tokens", 0)
-            self.last_completion_tokens = usage.get("completion_tokens", 0)
-            self.last_total_tokens = usage.get("total_tokens", 0)
-
-        def should_compress(self, prompt_tokens=None):
-            tokens = prompt_tokens if prompt_tokens is not None else self.last_prompt_tokens
-            return tokens >= self.threshold_tokens
-
-        def compress(self, messages, current_tokens=None, focus_topic=None):  # noqa: ARG002 (the host filters kwargs by this signature)
-            self.compression_count += 1
-            keep = max(6, len(messages) // 3)
-            return messages[:2] + messages[-keep:]
 
         def select_context(self, request_messages, *, conversation_messages=None,  # noqa: ARG002
                            incoming_message=None, budget_tokens=0):  # noqa: ARG002 (head's call)
@@ -104,121 +91,309 @@ def make_topic_router(context_length: int = 128_000):
     return TopicRouterEngine
 
 
-# -- the offline summariser ---------------------------------------------------------------
+# -- the demo's own LLM: an OpenAI-compatible server on 127.0.0.1 ------------------------------
 
-class OfflineSummariser:
-    """Stands in for the LLM behind ``call_llm(task="compression")``; sometimes slow, sometimes failing."""
+SUMMARY_MARKER = "summarization agent"      # in the built-in compressor's summariser prompt
+CHAT_MODEL = "demo-model"
+SUMMARY_MODEL = "demo-summariser"
+SUMMARY_TEXT = ("## Goal\nKeep the demo conversation going.\n## Progress\nThe assistant answered every "
+                "question so far.\n## Remaining Work\nAnswer the next question.")
 
-    def __init__(self, slow_every: int, slow_seconds: float, fail_every: int = 0) -> None:
-        self.calls = 0
+
+def _text_of(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else str(content)
+
+
+class DemoLLM:
+    """A chat-completions server on 127.0.0.1 that answers the agent and its summariser.
+
+    Chat replies are ``reply_chars`` long, so a conversation crosses the compression threshold
+    after a few turns; ``usage.prompt_tokens`` is the request's size (characters / 4) and
+    ``prompt_tokens_details.cached_tokens`` what a provider's prefix cache would have kept: the
+    previous request of the same conversation, none after the prefix changed (a compaction).
+    Summaries (requests with the summariser's preamble): every ``fail_every``-th fails, HTTP 401
+    and a dropped connection in turn; every ``slow_every``-th takes ``slow_seconds``."""
+
+    def __init__(self, *, reply_chars: int = 40_000, context_length: int = 64_000, slow_every: int = 0,
+                 slow_seconds: float = 0.0, fail_every: int = 0, host_: str = "127.0.0.1", port: int = 0) -> None:
+        import json
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.reply_chars = reply_chars
+        self.context_length = context_length
+        self.slow_every, self.slow_seconds, self.fail_every = slow_every, slow_seconds, fail_every
+        self.chats = 0
+        self.summaries = 0
         self.failures = 0
-        self.slow_every = slow_every
-        self.slow_seconds = slow_seconds
-        self.fail_every = fail_every
+        self._prefix: Dict[str, tuple] = {}      # conversation -> (first messages digest, prompt tokens)
         self._lock = threading.Lock()
+        server = self
 
-    def __call__(self, *args, **kwargs):  # noqa: ARG002 (call_llm's signature; the demo answers any call)
-        with self._lock:
-            self.calls += 1
-            n = self.calls
-            failing = bool(self.fail_every) and n % self.fail_every == 0
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):  # noqa: ARG002 (quiet)
+                pass
+
+            def _json(self, status: int, payload: Dict[str, Any]) -> None:
+                body = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def do_GET(self):
+                if self.path.rstrip("/").endswith("/models"):
+                    self._json(200, {"object": "list", "data": [
+                        {"id": m, "object": "model", "owned_by": "demo", "context_length": server.context_length}
+                        for m in (CHAT_MODEL, SUMMARY_MODEL)]})
+                else:
+                    self._json(404, {"error": {"message": "no such route"}})
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                try:
+                    body = json.loads(self.rfile.read(length) or b"{}")
+                except ValueError:
+                    self._json(400, {"error": {"message": "bad json"}})
+                    return
+                if not self.path.rstrip("/").endswith("/chat/completions"):
+                    self._json(404, {"error": {"message": "no such route"}})
+                    return
+                answer = server.answer(body)
+                if answer == "drop":
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                if isinstance(answer, int):
+                    self._json(answer, {"error": {"message": "invalid api key (demo)", "type": "auth_error",
+                                                  "code": "invalid_api_key"}})
+                    return
+                content, usage = answer
+                message = {"role": "assistant", "content": content}
+                base = {"id": f"chatcmpl-{time.time_ns()}", "created": int(time.time()),
+                        "model": body.get("model") or CHAT_MODEL}
+                if not body.get("stream"):
+                    self._json(200, {**base, "object": "chat.completion", "usage": usage,
+                                     "choices": [{"index": 0, "finish_reason": "stop", "message": message}]})
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                chunks = [{"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": None},
+                          {"index": 0, "delta": {}, "finish_reason": "stop"}]
+                for choice in chunks:
+                    self.wfile.write(b"data: " + json.dumps({**base, "object": "chat.completion.chunk",
+                                                             "choices": [choice]}).encode() + b"\n\n")
+                self.wfile.write(b"data: " + json.dumps({**base, "object": "chat.completion.chunk", "choices": [],
+                                                         "usage": usage}).encode() + b"\n\n")
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+
+        self._httpd = ThreadingHTTPServer((host_, port), Handler)
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="demo-llm", daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def answer(self, body: Dict[str, Any]):
+        """(content, usage), an HTTP status to fail with, or "drop" (close the connection)."""
+        messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
+        texts = [_text_of(m.get("content")) for m in messages]
+        prompt = max(1, (sum(len(t) for t in texts) + len(str(body.get("tools") or ""))) // 4)
+        if any(SUMMARY_MARKER in t for t in texts):
+            with self._lock:
+                self.summaries += 1
+                n = self.summaries
+                failing = bool(self.fail_every) and n % self.fail_every == 0
+                if failing:
+                    self.failures += 1
+                    nth = self.failures
             if failing:
-                self.failures += 1
-                nth_failure = self.failures
-        if failing:
-            time.sleep(0.05)
-            if nth_failure % 2:
-                raise RuntimeError("offline summariser: simulated 503 Service Unavailable")
-            raise ConnectionError("offline summariser: simulated connection reset")
-        if self.slow_every and n % self.slow_every == 0:
-            time.sleep(self.slow_seconds)
-        else:
-            time.sleep(0.05)
-        summary = ("## Goal\nKeep the demo conversation going.\n## Progress\n"
-                   f"Summarised turns (summary #{n}).\n## Next steps\nContinue.")
-        return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=summary))],
-                               usage=None, model="offline-summariser")
+                time.sleep(0.05)
+                return 401 if nth % 2 else "drop"
+            time.sleep(self.slow_seconds if self.slow_every and n % self.slow_every == 0 else 0.05)
+            return SUMMARY_TEXT, {"prompt_tokens": prompt, "completion_tokens": len(SUMMARY_TEXT) // 4,
+                                  "total_tokens": prompt + len(SUMMARY_TEXT) // 4}
+        # the conversation: its first user message; the cached prefix: what the previous request sent
+        first_user = next((t for m, t in zip(messages, texts) if m.get("role") == "user"), "")
+        head = "\x00".join(texts[:3])
+        with self._lock:
+            self.chats += 1
+            turn = self.chats
+            prev = self._prefix.get(first_user[:200])
+            self._prefix[first_user[:200]] = (head, prompt)
+            if len(self._prefix) > 10_000:
+                self._prefix.clear()
+        cached = min(prev[1], prompt) * 9 // 10 if prev and prev[0] == head else 0
+        content = (f"Answer {turn}: noted. " + "The quick brown fox jumps over the lazy dog. "
+                   * (self.reply_chars // 45 + 1))[: self.reply_chars]
+        completion = len(content) // 4
+        return content, {"prompt_tokens": prompt, "completion_tokens": completion,
+                         "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": cached}}
+
+    def start(self) -> "DemoLLM":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
 
 
-# -- traffic ----------------------------------------------------------------------------------
+# -- the Hermes home the demo's agents run in ----------------------------------------------------
+
+def write_demo_home(home: Path, llm: DemoLLM, settings: Dict[str, Any], context_length: int) -> Path:
+    """A private HERMES_HOME whose config.yaml points the agent at the demo LLM and selects the
+    observed engine (Hermes' general plugin route: the plugin directory as a user plugin of that
+    home, ``plugins.enabled: [observed]``), wrapping the
+    built-in compressor, with the demo's store and deadline in its ``observed:`` section."""
+    import json
+
+    home.mkdir(parents=True, exist_ok=True)
+    # the plugin as a user plugin of this home (0.19.0's general plugin system scans HERMES_HOME/plugins)
+    plugin = home / "plugins" / "observed"
+    if plugin.exists():
+        shutil.rmtree(plugin)
+    shutil.copytree(Path(__file__).resolve().parent / "hermes_plugin_dir", plugin,
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    q = json.dumps          # a JSON string is a YAML string
+    prom = settings.get("prometheus") or {}
+    (home / "config.yaml").write_text(
+        "# written by `observed-engine demo`: its agents talk to a local fake LLM only\n"
+        f"model:\n  default: {CHAT_MODEL}\n  provider: custom\n  base_url: {q(llm.base_url)}\n"
+        f"  api_key: sk-demo\n  context_length: {context_length}\n"
+        "auxiliary:\n  compression:\n    provider: custom\n"
+        f"    model: {SUMMARY_MODEL}\n    base_url: {q(llm.base_url)}\n    api_key: sk-demo\n"
+        "context:\n  engine: observed\n"
+        "compression:\n  threshold: 0.5\n  protect_first_n: 1\n  protect_last_n: 2\n"
+        "plugins:\n  enabled:\n    - observed\n"
+        "observed:\n  inner: compressor\n"
+        f"  store:\n    path: {q(settings['store']['path'])}\n"
+        f"  compress_timeout_seconds: {float(settings['compress_timeout_seconds'])}\n"
+        f"  prometheus:\n    enabled: {'true' if prom.get('enabled') else 'false'}\n"
+        f"    host: 127.0.0.1\n    port: {int(prom.get('port') or 9464)}\n",
+        encoding="utf-8")
+    return home
+
+
+# -- traffic: real agents ----------------------------------------------------------------------
 
 class Traffic:
-    def __init__(self, engines: Dict[str, Any], sessions: int, turn_delay: float, seed: int = 1) -> None:
-        self.engines = engines
+    """Sessions of the real Hermes ``AIAgent`` loop (``run_conversation``), one thread per
+    concurrent session. Most sessions run the host's own choice (the observed engine around the
+    built-in compressor, from config.yaml); every ``router_every``-th session gets the topic
+    router instead, set the way the host sets a plugin engine (``context_compressor``, then
+    ``update_model``). 0.19.0 never calls ``select_context``: the demo calls the router's from
+    Hermes' ``pre_api_request`` plugin hook, before every provider request, as head Hermes does
+    (the result is not applied to the request)."""
+
+    def __init__(self, llm: DemoLLM, router, sessions: int, turn_delay: float, seed: int = 1,
+                 router_every: int = 3, turns=(8, 14)) -> None:
+        self.llm = llm
+        self.router = router
         self.sessions = sessions
         self.turn_delay = turn_delay
         self.seed = seed
+        self.router_every = router_every
+        self.turn_range = turns
         self.turns = 0
-        self.compressions = 0
+        self.finished = 0
         self.errors = 0
+        self.started = 0
         self.stop = threading.Event()
         self._lock = threading.Lock()
+        self._routed: Dict[str, Any] = {}        # session id -> the router engine of that agent
+        self.agents: List[Any] = []              # the latest agent of each worker (the test reads them)
+
+    @property
+    def compressions(self) -> int:
+        return sum(int(getattr(getattr(a, "context_compressor", None), "compression_count", 0) or 0)
+                   for a in list(self.agents)) + self._done_compressions
+
+    _done_compressions = 0
+
+    def on_request(self, **kw) -> None:
+        """Hermes' pre_api_request hook: head's select_context call, for a router session."""
+        engine = self._routed.get(kw.get("session_id") or "")
+        if engine is None:
+            return
+        request = list(kw.get("request_messages") or [])
+        user = {"role": "user", "content": str(kw.get("user_message") or "")}
+        try:
+            engine.select_context(request, conversation_messages=list(kw.get("conversation_history") or []),
+                                  incoming_message=user, budget_tokens=int(engine.threshold_tokens or 0))
+        except Exception:
+            pass
 
     def run_session(self, worker: int) -> None:
         rng = random.Random(self.seed * 1000 + worker)
         while not self.stop.is_set():
-            name = rng.choice(list(self.engines))
-            engine = copy.deepcopy(self.engines[name])   # the host copies plugin engines per agent
-            self._one_session(engine, rng, f"demo-{worker}-{int(time.time() * 1000) % 10**9}")
-
-    def _one_session(self, engine, rng: random.Random, session_id: str) -> None:
-        engine.update_model(model="gpt-4o", context_length=engine.context_length or 128_000)
-        engine.on_session_start(session_id, model="gpt-4o", platform="demo")
-        messages: List[Dict[str, Any]] = [{"role": "system", "content": "You are a demo agent."}]
-        n_turns = rng.randint(25, 60)
-        for turn in range(n_turns):
-            if self.stop.is_set():
-                break
-            topic = rng.choice(TOPICS)
-            tag = f"[{topic}] " if rng.random() < 0.8 else ""    # untagged turns: select_context returns None
-            user = {"role": "user", "content": tag + _text(rng, rng.randint(200, 900))}
-            messages.append(user)
-            if hasattr(engine, "select_context"):
-                try:
-                    engine.select_context(list(messages), conversation_messages=messages,
-                                          incoming_message=user, budget_tokens=engine.threshold_tokens)
-                except Exception:
-                    pass
-            reply = {"role": "assistant", "content": _text(rng, rng.randint(400, 1600))}
-            messages.append(reply)
-            prompt = _rough_tokens(messages)
-            completion = len(reply["content"]) // 4
-            engine.update_from_response({
-                "prompt_tokens": prompt, "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-                "cache_read_tokens": int(prompt * rng.uniform(0.3, 0.9)),
-                "cache_write_tokens": rng.randint(0, 2000), "reasoning_tokens": rng.randint(0, 300),
-            })
-            if engine.should_compress(prompt):
-                try:
-                    messages = engine.compress(messages, current_tokens=prompt)
-                    engine.last_prompt_tokens = -1      # what the host writes: awaiting real usage
-                    with self._lock:
-                        self.compressions += 1
-                except Exception:
-                    with self._lock:
-                        self.errors += 1
             with self._lock:
-                self.turns += 1
-            time.sleep(self.turn_delay * rng.uniform(0.5, 1.5))
+                self.started += 1
+                n = self.started
+            try:
+                self._one_session(rng, f"demo-{worker}-{int(time.time() * 1000) % 10**9}",
+                                  routed=bool(self.router_every) and n % self.router_every == 0, worker=worker)
+            except Exception as exc:         # an agent that cannot start: counted, the next one tries again
+                with self._lock:
+                    self.errors += 1
+                print(f"\ndemo: session failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+                self.stop.wait(1.0)
+
+    def _one_session(self, rng: random.Random, session_id: str, *, routed: bool, worker: int) -> None:
+        AIAgent = host.ai_agent_class()
+        agent = AIAgent(base_url=self.llm.base_url, api_key="sk-demo", provider="custom", model=CHAT_MODEL,
+                        quiet_mode=True, skip_context_files=True, skip_memory=True, enabled_toolsets=[],
+                        max_iterations=2, save_trajectories=False, session_id=session_id, platform="demo")
+        agent.suppress_status_output = True       # the host's status lines would bury the progress line
+        if routed:
+            engine = copy.deepcopy(self.router)              # the host deep-copies plugin engines per agent
+            agent.context_compressor = engine
+            engine.update_model(model=agent.model, context_length=self.llm.context_length, base_url=agent.base_url,
+                                api_key="sk-demo", provider=agent.provider, api_mode=agent.api_mode)
+            self._routed[session_id] = engine
+        while len(self.agents) <= worker:
+            self.agents.append(None)
+        self.agents[worker] = agent
+        history = None
         try:
-            engine.on_session_end(session_id, messages)
-        except Exception:
-            pass
+            for _ in range(rng.randint(*self.turn_range)):
+                if self.stop.is_set():
+                    break
+                topic = rng.choice(TOPICS)
+                tag = f"[{topic}] " if rng.random() < 0.8 else ""   # untagged: select_context returns None
+                result = agent.run_conversation(tag + _text(rng, rng.randint(150, 400)), conversation_history=history)
+                history = result.get("messages") or history
+                if sum(len(_text_of(m.get("content"))) for m in history if isinstance(m, dict)) > \
+                        8 * self.llm.context_length:     # ~2x the window: a session that cannot shrink ends
+                    break
+                with self._lock:
+                    self.turns += 1
+                self.stop.wait(self.turn_delay * rng.uniform(0.5, 1.5))
+        finally:
+            agent.shutdown_memory_provider(history or [])         # the host's session end: on_session_end
+            self._routed.pop(session_id, None)
+            with self._lock:
+                self.finished += 1
+                self._done_compressions += int(getattr(agent.context_compressor, "compression_count", 0) or 0)
+                self.agents[worker] = None
 
 
-def build_engines(settings: Dict[str, Any], summariser: OfflineSummariser, context_length: int) -> Dict[str, Any]:
+def router_engine(settings: Dict[str, Any], context_length: int):
+    """The topic router, observed with the same settings as the plugin's engine (one pipeline)."""
     from .api import observe
 
-    cc = host.compressor_module()
-
-    cc.call_llm = summariser       # the only LLM call of the built-in compressor, answered offline
-    compressor = cc.ContextCompressor(
-        "gpt-4o", threshold_percent=0.5, protect_first_n=1, protect_last_n=6,
-        config_context_length=context_length, quiet_mode=True,
-    )
-    router = make_topic_router(context_length)()
-    return {"compressor": observe(compressor, settings=settings), "topic-router": observe(router, settings=settings)}
+    return observe(make_topic_router(context_length)(), settings={**settings, "name": "observed"})
 
 
 # -- the dashboard ------------------------------------------------------------------------
@@ -287,14 +462,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="observed-engine demo", description=__doc__.splitlines()[0])
     parser.add_argument("--store", type=Path, default=default_store_path().parent / "demo.sqlite",
                         help="SQLite store to write (default: %(default)s)")
-    parser.add_argument("--sessions", type=int, default=4, help="concurrent sessions (default 4)")
+    parser.add_argument("--sessions", type=int, default=3, help="concurrent sessions (default 3)")
     parser.add_argument("--duration", type=float, default=0, help="seconds to run; 0 = until Ctrl-C")
     parser.add_argument("--turn-delay", type=float, default=0.25, help="mean pause between turns, seconds")
     parser.add_argument("--deadline", type=float, default=3.0, help="compress deadline for the demo, seconds")
-    parser.add_argument("--slow-every", type=int, default=7, help="every Nth summary is slow (0: never)")
-    parser.add_argument("--fail-every", type=int, default=13,
-                        help="every Nth summary call fails, 503 and connection reset in turn (0: never)")
-    parser.add_argument("--context-length", type=int, default=64_000)
+    parser.add_argument("--slow-every", type=int, default=5, help="every Nth summary is slow (0: never)")
+    parser.add_argument("--fail-every", type=int, default=4,
+                        help="every Nth summary call fails, HTTP 401 and a dropped connection in turn (0: never)")
+    parser.add_argument("--router-every", type=int, default=3,
+                        help="every Nth session runs the topic router instead of the built-in (0: never)")
+    parser.add_argument("--context-length", type=int, default=64_000, help="the model's window (Hermes: >= 64000)")
+    parser.add_argument("--reply-chars", type=int, default=40_000, help="length of each fake reply")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8501, help="dashboard port")
     parser.add_argument("--prometheus-port", type=int, default=0, help="also serve /metrics on this port")
@@ -302,21 +480,29 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
 
     try:
-        host.compressor_module()
+        host.ai_agent_class()
     except ImportError:
         print("demo: Hermes Agent is not installed; run `pip install 'observed-engine[test]'` "
               "(or scripts/setup.sh) first", file=sys.stderr)
         return 2
 
+    args.store = args.store.expanduser().resolve()
     args.store.parent.mkdir(parents=True, exist_ok=True)
     settings = {
         "store": {"path": str(args.store)},
         "compress_timeout_seconds": args.deadline,
         "prometheus": {"enabled": bool(args.prometheus_port), "port": args.prometheus_port or 9464},
     }
-    summariser = OfflineSummariser(args.slow_every, args.deadline * 1.5, args.fail_every)
-    engines = build_engines(settings, summariser, args.context_length)
-    traffic = Traffic(engines, args.sessions, args.turn_delay)
+    llm = DemoLLM(reply_chars=args.reply_chars, context_length=args.context_length, slow_every=args.slow_every,
+                  slow_seconds=args.deadline * 1.5, fail_every=args.fail_every).start()
+    # the agents' Hermes home: private, next to the store (the operator's own home is not touched)
+    home = write_demo_home(args.store.parent / (args.store.stem + "-hermes-home"), llm, settings,
+                           args.context_length)
+    os.environ["HERMES_HOME"] = str(home)
+    host.reset_plugin_discovery()
+    traffic = Traffic(llm, router_engine(settings, args.context_length), args.sessions, args.turn_delay,
+                      router_every=args.router_every)
+    host.add_request_observer(traffic.on_request)
 
     dashboard = None if args.no_dashboard else start_dashboard(args.store, args.host, args.port)
     print(f"demo: writing telemetry to {args.store}")
@@ -338,7 +524,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                 break
             sys.stdout.write(
                 f"\rdemo: {elapsed:6.0f}s  turns {traffic.turns:6d}  compressions {traffic.compressions:4d}  "
-                f"summaries {summariser.calls:4d} ({summariser.failures} failed)  engine errors {traffic.errors:3d}")
+                f"summaries {llm.summaries:4d} ({llm.failures} failed)  sessions {traffic.finished:3d} ended")
             sys.stdout.flush()
             stop_requested.wait(1.0)
     except KeyboardInterrupt:
@@ -351,6 +537,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         from .api import flush
 
         flush(10.0)
+        llm.stop()
         if dashboard is not None:
             try:
                 os.killpg(dashboard.pid, signal.SIGTERM)

@@ -1,4 +1,5 @@
-"""``observed-engine demo``: real traffic into the store, and the dashboard it serves on 127.0.0.1.
+"""``observed-engine demo``: real Hermes agents (``AIAgent.run_conversation``) against the demo's own
+fake LLM on 127.0.0.1, their telemetry in the store, and the dashboard it serves on 127.0.0.1.
 
 Both tests run the installed console script (``observed-engine demo``) as a child process with a
 private ``HERMES_HOME``, from a directory outside the repository.
@@ -36,15 +37,17 @@ def demo_env(tmp_path: Path) -> dict:
     return env
 
 
-TRAFFIC = ["--sessions", "2", "--turn-delay", "0.02", "--deadline", "0.5", "--slow-every", "3", "--fail-every", "4"]
+TRAFFIC = ["--sessions", "3", "--turn-delay", "0.02", "--deadline", "0.5", "--slow-every", "3", "--fail-every", "2",
+           "--router-every", "2", "--reply-chars", "60000"]
+DURATION = "40"
 
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
-    """``observed-engine demo --duration 8 --no-dashboard ...`` once: (its output, the store's facts, home)."""
+    """``observed-engine demo --duration 40 --no-dashboard ...`` once: (its output, the store's facts, home)."""
     tmp_path = tmp_path_factory.mktemp("demo")
     store = tmp_path / "demo" / "demo.sqlite"
-    proc = subprocess.run(demo_command() + ["--duration", "8", "--no-dashboard", *TRAFFIC, "--store", str(store)],
+    proc = subprocess.run(demo_command() + ["--duration", DURATION, "--no-dashboard", *TRAFFIC, "--store", str(store)],
                           cwd=tmp_path, env=demo_env(tmp_path), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     return proc.stdout, store_facts(store), tmp_path
@@ -62,33 +65,49 @@ def test_demo_fills_the_store(demo_run):
     assert facts.engines == ["compressor", "topic-router"]
     assert facts.engine_sessions("compressor") and facts.engine_sessions("topic-router")
     assert len(facts.sessions) >= 2
-    # the real built-in compressor compressed, and a slow summary passed the 0.5 s deadline
-    assert facts.compress["compressor"]["compressed"] >= 1
-    assert facts.compress["topic-router"]["compressed"] >= 1
-    deadline = [r for r in facts.incidents if r["event"] == "deadline_exceeded"]
-    assert deadline and {r["engine"] for r in deadline} == {"compressor"}
-    assert all(r["duration_s"] >= 0.5 for r in deadline)
-    assert facts.count("late_completion", "compressor") >= 1
-    # select_context fell open: the router returned garbage, the host went on without it
-    fail_open = [r for r in facts.incidents if r["event"] == "fail_open"]
-    assert fail_open
-    assert {(r["engine"], r["hook"], r["reason"]) for r in fail_open} == {
-        ("topic-router", "select_context", "invalid_return")}
-    router = facts.selections["topic-router"]
-    assert router["fail_open"] >= 1 and router["changed_selection"] >= 1 and router["same_selection"] >= 1
-    # the summary model failed now and then: the built-in went on without a real summary, counted
     import sqlite3
 
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as db:
-        failures = db.execute("select engine, hook, outcome, reason from events where event='summary_failure'").fetchall()
-    assert failures, "no summary_failure rows"
-    assert {(e, h) for e, h, _, _ in failures} == {("compressor", "compress")}
-    assert {o for _, _, o, _ in failures} <= {"fallback_summary", "aborted"}
-    assert {r for _, _, _, r in failures} <= {"other", "network"}
-    assert re.search(r"summaries +\d+ \(\d+ failed\)", out), out[-500:]
-    # no message text without capture_content, and nothing written into the Hermes home
-    assert all(r["content"] is None for r in facts.incidents)
+        db.row_factory = sqlite3.Row
+        rows = [dict(r) for r in db.execute("select * from events order by ts")]
+    hooks = {(r["engine"], r["hook"]) for r in rows}
+    # what only the real host does: the preflight hooks, the session lifecycle, real compress_context
+    for engine in ("compressor", "topic-router"):
+        assert {(engine, h) for h in ("update_model", "on_session_start", "update_from_response",
+                                       "should_compress", "should_defer_preflight_to_real_usage",
+                                       "on_session_end")} <= hooks, sorted(hooks)
+    assert facts.compress["compressor"]["compressed"] >= 1
+    assert facts.compress["topic-router"]["compressed"] >= 1
+    # after a compaction the host's next check (its -1 sentinel: awaiting real usage, so a fresh
+    # estimate) is asked about the smaller prompt, and says skip
+    comp = [r for r in rows if r["hook"] == "compress" and r["outcome"] == "compressed"]
+    assert all(r["messages_after"] < r["messages_before"] for r in comp)
+    after = []
+    for c in comp:
+        nxt = next((r for r in rows if r["session"] == c["session"] and r["ts"] > c["ts"]
+                    and r["hook"] == "should_compress"), None)
+        if nxt is not None and c["session"]:
+            after.append((nxt["checked_tokens"], nxt["decision"], c["tokens_before"]))
+    assert after and all(t < before and d == "skip" for t, d, before in after), after
+    # a slow summary passed the 0.5 s deadline
+    deadline = [r for r in facts.incidents if r["event"] == "deadline_exceeded"]
+    assert deadline and all(r["duration_s"] >= 0.5 for r in deadline)
+    # select_context, called before every provider request (head's call, from Hermes' hook)
+    router = facts.selections["topic-router"]
+    assert router["changed_selection"] >= 1
+    fail_open = [r for r in facts.incidents if r["event"] == "fail_open"]
+    assert {(r["engine"], r["hook"], r["reason"]) for r in fail_open} <= {
+        ("topic-router", "select_context", "invalid_return")}
+    # the fake LLM reported prompt-cache reads, and the host passed them on
+    assert any((r["cache_read_tokens"] or 0) > 0 for r in rows if r["hook"] == "update_from_response")
+    # the summariser failed (401, dropped connection): the built-in's failures are counted as such
+    failures = [r for r in rows if r["event"] == "summary_failure"]
+    assert {r["reason"] for r in failures} <= {"auth", "network", "other"}
+    assert re.search(r"summaries +\d+ \([1-9]\d* failed\)", out), out[-500:]
+    # no message text without capture_content, and nothing written into the operator's Hermes home
+    assert all(r["content"] is None for r in rows)
     assert not (tmp_path / "home" / "observed" / "telemetry.sqlite").exists()
+    assert (store.parent / "demo-hermes-home" / "config.yaml").exists()
 
 
 def test_demo_router_leaves_untagged_requests_unchanged(demo_run):
