@@ -109,7 +109,9 @@ def run_compare(*, hermes_home: Optional[str] = None, engines: str | Sequence[st
         entry: Dict[str, Any] = {"session_id": conv.session_id, "sessions": conv.sessions, "model": conv.model,
                                  "turns": len(conv.turns), "messages": len(conv.messages),
                                  "recorded_compactions": conv.compactions,
-                                 "recorded_summaries": len(conv.summaries), "skip": conv.skip, "engines": {}}
+                                 "recorded_summaries": len(conv.summaries), "skip": conv.skip, "engines": {},
+                                 "notes": [] if conv.system_prompt or conv.skip else [
+                                     "no recorded system prompt: the replay sent the one its agent built"]}
         conv_out.append(entry)
         if conv.skip:
             continue

@@ -169,7 +169,8 @@ def markdown(report: Dict[str, Any]) -> str:
             continue
         lines += [head, "",
                   f"{conv['turns']} turns, {conv['messages']} messages recorded, "
-                  f"{conv['recorded_compactions']} compaction(s) in the recording.", "",
+                  f"{conv['recorded_compactions']} compaction(s) in the recording."
+                  + "".join(f" {_cell(n)}." for n in conv.get("notes") or []), "",
                   "| engine | status | compressions (calls) | tokens before → after | messages before → after | "
                   "p50 / p95 | summary failures | cache lost | over window (turns) | final | notes |",
                   "|---|---|---|---|---|---|---|---|---|---|---|"]
