@@ -121,6 +121,12 @@ ORPHAN_SUFFIX = ".orphaned"
 # The store's place under a Hermes home (observed.store.path overrides it).
 STORE_DIR = "observed"
 STORE_FILE = "telemetry.sqlite"
+DEMO_STORE_FILE = "demo.sqlite"      # what `observed-engine demo` writes, next to STORE_FILE
+
+
+def demo_store_path(hermes_home: os.PathLike | str) -> Path:
+    """HERMES_HOME/observed/demo.sqlite: the demo's store (the dashboard's empty state names it)."""
+    return Path(hermes_home) / STORE_DIR / DEMO_STORE_FILE
 
 
 def default_store_path(hermes_home: os.PathLike | str) -> Path:
