@@ -15,12 +15,12 @@ from typing import Any, Callable, Dict, Optional
 
 from ..contract import spans as a
 from ..contract import vocabulary as v
-from ..contract.events import HookEvent, as_messages
+from ..contract.events import MISSING, HookEvent, as_messages
 from ..contract.hooks import HOOK_SPECS
 from ..contract.identifiers import identifier
 from .messages import message_problem
 from .selection import classify_selection
-from .state import blocked_reasons, cooldown_ended_at, live_state, summary_failure
+from .state import blocked_reasons, cooldown_ended_at, live_numbers, live_state, summary_failure
 from .summary_usage import SummaryUsage, session_db_path
 from .usage import parse_usage
 
@@ -177,8 +177,11 @@ def compression_check(w, mem, label, ev, row, attrs) -> None:
     track_blocked(w, mem, engine, row)
     if ev.exc is not None:
         return
-    live = live_state(engine, mem.engine_class)
-    threshold = _plain_int(live[1]) if live else mem.last_threshold
+    live_threshold, live_window = live_numbers(engine)
+    if live_threshold is MISSING or live_window is MISSING:   # a class attribute: resolved the slow way
+        live = live_state(engine, mem.engine_class) or (None, None, None)
+        live_threshold, live_window = live[1], live[2]
+    threshold = _plain_int(live_threshold)
     if threshold is None:
         threshold = mem.last_threshold
     source = v.CHECKED_FROM_ARGUMENT
@@ -194,7 +197,11 @@ def compression_check(w, mem, label, ev, row, attrs) -> None:
         tokens = _plain_int(given)
         if given is None:   # the engine uses its own last_prompt_tokens: as last copied, else as it is now
             source = v.CHECKED_FROM_STATE
-            tokens = mem.last_prompt if mem.last_prompt is not None else (_plain_int(live[0]) if live else None)
+            if mem.last_prompt is not None:
+                tokens = mem.last_prompt
+            else:
+                live = live_state(engine, mem.engine_class)
+                tokens = _plain_int(live[0]) if live else None
     answer, reason = _answer(ev.result)
     if answer is None:
         return
@@ -219,11 +226,13 @@ def compression_check(w, mem, label, ev, row, attrs) -> None:
         row["reason"] = attrs[a.DECISION_REASON] = reason
     if tokens is not None:
         row["checked_tokens"] = attrs[a.CHECKED_TOKENS] = tokens
-        attrs[a.CHECKED_TOKENS_SOURCE] = source
+        if source is not v.CHECKED_FROM_ARGUMENT:     # (absent: the argument, the usual case)
+            attrs[a.CHECKED_TOKENS_SOURCE] = source
     if threshold is not None:
         row["threshold_tokens"] = attrs[a.THRESHOLD_TOKENS] = threshold
-    if live and _plain_int(live[2]) is not None:
-        row["window_tokens"] = _plain_int(live[2])
+    window = _plain_int(live_window)
+    if window is not None:
+        row["window_tokens"] = window
     w.count("compression_checks", engine=label, hook=hook, decision=decision)
 
 

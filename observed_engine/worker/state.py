@@ -67,6 +67,9 @@ BLOCK_FIELDS: Tuple[str, ...] = (
 )
 
 
+_NOT_BLOCKED: frozenset = frozenset()
+
+
 def _number(value) -> bool:
     return (type(value) is int or type(value) is float) and value == value   # not NaN
 
@@ -75,10 +78,13 @@ def blocked_reasons(engine, now_monotonic: float) -> Tuple[frozenset, Optional[f
     """(the BLOCKED_REASONS active now, the monotonic time the cooldown ends or None).
     Never raises; an engine whose state cannot be read is not blocked."""
     try:
-        state = object.__getattribute__(engine, "__dict__")
-        until, ineffective, streak, own = (state.get(name) for name in BLOCK_FIELDS)
+        get = object.__getattribute__(engine, "__dict__").get
+        until, ineffective, streak, own = (get(BLOCK_FIELDS[0]), get(BLOCK_FIELDS[1]), get(BLOCK_FIELDS[2]),
+                                           get(BLOCK_FIELDS[3]))
     except Exception:
-        return frozenset(), None
+        return _NOT_BLOCKED, None
+    if not (ineffective or streak or own) and not (_number(until) and until > now_monotonic):
+        return _NOT_BLOCKED, None     # the usual case, on every decision and response
     reasons = set()
     cooldown_end = None
     if _number(until) and until > now_monotonic:
@@ -100,6 +106,16 @@ def cooldown_ended_at(engine, now_monotonic: float) -> Optional[float]:
     except Exception:
         return None
     return float(until) if _number(until) and 0 < until <= now_monotonic else None
+
+
+def live_numbers(engine) -> Tuple[object, object]:
+    """``threshold_tokens`` and ``context_length`` as the instance dict holds them now (MISSING where
+    it does not; the caller checks types). No engine code."""
+    try:
+        get = object.__getattribute__(engine, "__dict__").get
+        return get("threshold_tokens", MISSING), get("context_length", MISSING)
+    except Exception:
+        return MISSING, MISSING
 
 
 def live_state(engine, engine_class: type) -> Optional[Tuple[float, float, float]]:
