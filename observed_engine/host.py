@@ -443,3 +443,55 @@ def session_db(path: os.PathLike | str):
     from hermes_state import SessionDB
 
     return SessionDB(Path(path))
+
+
+# Tools the 0.19.0 agent runs itself (agent/tool_executor.py), never through
+# handle_function_call / _invoke_tool: a replay cannot answer them with the recorded result.
+AGENT_INLINE_TOOLS = frozenset({"todo", "session_search", "memory", "clarify", "read_terminal",
+                                "delegate_task", "skill_manage"})
+
+
+def replay_tool_results(agent: Any, results: Mapping[str, Any], names) -> "Any":
+    """A context manager: while it is open, ``agent`` answers every tool call with the recorded
+    result for its ``tool_call_id`` (``results``) instead of running the tool. The tool names
+    in ``names`` are offered to the model (a minimal schema each) and accepted as valid; file
+    checkpoints before terminal calls are off. Covers both of 0.19.0's dispatch paths: the
+    sequential one (``run_agent.handle_function_call``) and the concurrent one
+    (``agent._invoke_tool``). Raises ImportError without Hermes."""
+    import contextlib
+    import json as _json
+
+    import run_agent
+
+    def answer(function_name, function_args=None, *args, tool_call_id=None, **kwargs):  # noqa: ARG001
+        if tool_call_id in results:
+            content = results[tool_call_id]
+            return content if isinstance(content, str) else _json.dumps(content)
+        return _json.dumps({"error": f"replay: no recorded result for {function_name} call {tool_call_id}"})
+
+    def invoke(function_name, function_args, effective_task_id, tool_call_id=None, *args, **kwargs):  # noqa: ARG001
+        return answer(function_name, function_args, tool_call_id=tool_call_id)
+
+    @contextlib.contextmanager
+    def _cm():
+        tools = agent.tools if isinstance(getattr(agent, "tools", None), list) else []
+        agent.tools = tools
+        present = {t.get("function", {}).get("name") for t in tools if isinstance(t, dict)}
+        for name in sorted(set(names) - present):
+            tools.append({"type": "function", "function": {
+                "name": name, "description": f"{name} (replayed: answers with the recorded result)",
+                "parameters": {"type": "object", "properties": {}, "additionalProperties": True}}})
+            agent.valid_tool_names.add(name)
+        checkpoints = getattr(agent, "_checkpoint_mgr", None)
+        if checkpoints is not None and hasattr(checkpoints, "enabled"):
+            checkpoints.enabled = False
+        before = run_agent.handle_function_call
+        run_agent.handle_function_call = answer
+        agent._invoke_tool = invoke
+        try:
+            yield
+        finally:
+            run_agent.handle_function_call = before
+            agent.__dict__.pop("_invoke_tool", None)
+
+    return _cm()

@@ -238,20 +238,59 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys):
     assert "not a readable SQLite file" in capsys.readouterr().err
 
 
+def _tool_call(call_id: str, name: str, arguments: dict) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
 def test_a_conversation_the_replay_cannot_reproduce_is_skipped_with_why(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     db = host.session_db(home / "state.db")
-    db.create_session(session_id="with-tools", source="cli", model=MODEL)
-    db.append_message("with-tools", "user", "list the files")
-    db.append_message("with-tools", "assistant", "", tool_calls=[{"id": "c1", "type": "function",
-                      "function": {"name": "terminal", "arguments": "{\"command\": \"ls\"}"}}])
-    db.append_message("with-tools", "tool", "a b c", tool_call_id="c1", tool_name="terminal")
+    db.create_session(session_id="inline-tool", source="cli", model=MODEL)
+    db.append_message("inline-tool", "user", "plan it")
+    db.append_message("inline-tool", "assistant", "", tool_calls=[_tool_call("t1", "todo", {"todos": []})])
+    db.append_message("inline-tool", "tool", "{}", tool_call_id="t1", tool_name="todo")
+    db.create_session(session_id="no-result", source="cli", model=MODEL)
+    db.append_message("no-result", "user", "list the files")
+    db.append_message("no-result", "assistant", "", tool_calls=[_tool_call("c9", "terminal", {"command": "ls"})])
     db.create_session(session_id="images", source="cli", model=MODEL)
     db.append_message("images", "user", [{"type": "text", "text": "what is this"},
                                          {"type": "image_url", "image_url": {"url": "data:,"}}])
     db.close()
     report = run_compare(hermes_home=str(home), engines="compressor", out=tmp_path / "out", progress=None)
     skips = {c["session_id"]: c["skip"] for c in report["conversations"]}
-    assert "tool" in skips["with-tools"] and "multimodal" in skips["images"], skips
+    assert "runs that tool inside the agent" in skips["inline-tool"], skips
+    assert "has no recorded result" in skips["no-result"], skips
+    assert "multimodal" in skips["images"], skips
     assert "Skipped:" in (tmp_path / "out" / "compare.md").read_text()
+
+
+def test_tool_calls_are_answered_with_the_recorded_results_never_run(tmp_path):
+    from observed_engine.compare.replay import replay
+
+    home = tmp_path / "home"
+    home.mkdir()
+    marker = tmp_path / "the-tool-ran"
+    db = host.session_db(home / "state.db")
+    db.create_session(session_id="tools", source="cli", model=MODEL)
+    db.append_message("tools", "user", "make the marker, then list the files")
+    db.append_message("tools", "assistant", "", tool_calls=[
+        _tool_call("c1", "terminal", {"command": f"touch {marker}"}),
+        _tool_call("c2", "read_file", {"path": str(tmp_path)})])
+    db.append_message("tools", "tool", "created", tool_call_id="c1", tool_name="terminal")
+    db.append_message("tools", "tool", "the-tool-ran", tool_call_id="c2", tool_name="read_file")
+    db.append_message("tools", "assistant", "Done: the marker is there.")
+    db.append_message("tools", "user", "thanks")
+    db.append_message("tools", "assistant", "You are welcome.")
+    db.close()
+    [conv] = read_conversations(home / "state.db", summary_body=host.compaction_summary_body,
+                                inline_tools=host.AGENT_INLINE_TOOLS)
+    assert conv.skip is None and len(conv.turns) == 2
+    raw = replay(conv, "compressor", user_config={}, context_length=WINDOW, usage="chars")
+    assert raw["error"] is None and raw["divergences"] == [] and raw["turns_done"] == 2, raw
+    tools = [(m.get("tool_call_id"), m.get("content")) for m in raw["history"] if m.get("role") == "tool"]
+    assert tools == [("c1", "created"), ("c2", "the-tool-ran")]
+    assert [m["content"] for m in raw["history"] if m.get("role") == "assistant"][1:] == [
+        "Done: the marker is there.", "You are welcome."]
+    assert not marker.exists()                       # the recorded result, not the tool
+    assert len(raw["requests"]) == 3

@@ -94,7 +94,8 @@ def run_compare(*, hermes_home: Optional[str] = None, engines: str | Sequence[st
     try:
         conversations = read_conversations(state_db, session_ids=list(session_ids) or None,
                                            limit=None if session_ids else sessions,
-                                           summary_body=host.compaction_summary_body)
+                                           summary_body=host.compaction_summary_body,
+                                           inline_tools=host.AGENT_INLINE_TOOLS)
     except StoreError as exc:
         raise CompareError(str(exc)) from None
     if not conversations:

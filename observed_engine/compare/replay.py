@@ -9,7 +9,11 @@ that home. The engine is observed with a registry of its own writing to a store 
 temporary directory: nothing reaches the operator's telemetry, Prometheus or OTLP. Each
 recorded user message is sent with ``run_conversation`` and each request the agent makes is
 answered by the replay LLM with the next recorded reply, so preflight, ``compress_context``,
-the real-usage sentinels and the cooldowns run as in production.
+the real-usage sentinels and the cooldowns run as in production. The recorded tool calls are
+answered with the recorded results (``host.replay_tool_results``): no tool runs.
+
+Replays run one at a time: each sets HERMES_HOME and the built-in's ``call_llm`` for the process
+while it runs (and puts them back).
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from .. import host
 from ..api import observe
 from ..pipeline import Registry
 from .replay_server import ReplayServer
-from .sessions import Conversation
+from .sessions import Conversation, tool_names, tool_results
 
 BUILTIN = "compressor"
 OBSERVED = "observed"
@@ -141,8 +145,28 @@ def _store_rows(path: Path) -> List[Dict[str, Any]]:
         conn.close()
 
 
+def _run_turns(agent: Any, server: ReplayServer, turns: List[Dict[str, Any]], out: Dict[str, Any]) -> None:
+    """Send each recorded user message; the replay LLM answers each request with the next
+    recorded reply. A turn that made more or fewer requests than the recording is noted and
+    the next turn starts at its own replies."""
+    expected = 0
+    for n, turn in enumerate(turns, 1):
+        server.turn = n
+        recorded = sum(1 for r in turn["replies"] if r["role"] == "assistant")
+        result = agent.run_conversation(turn["user"], conversation_history=out.get("history"))
+        out["history"] = result.get("messages") or out.get("history")
+        made = server._next - expected + server.unanswered
+        expected += recorded
+        if made != recorded:
+            out["divergences"].append(f"turn {n}: the agent made {made} requests, the recording has "
+                                      f"{recorded} replies")
+        server._next = expected
+        server.unanswered = 0
+        out["turns_done"] = n
+
+
 def replay(conv: Conversation, engine: str, *, user_config: Dict[str, Any], context_length: int,
-           summary: str = "offline", usage: str = "tiktoken", keep_dir: Optional[Path] = None) -> Dict[str, Any]:
+           summary: str = "offline", usage: str = "tiktoken") -> Dict[str, Any]:
     """Replay ``conv`` through ``engine``; the raw result (rows, requests, turns, errors).
 
     Raises :class:`EngineUnavailable` when the host cannot load the engine; any other
@@ -153,7 +177,7 @@ def replay(conv: Conversation, engine: str, *, user_config: Dict[str, Any], cont
     home.mkdir()
     store = tmp / "telemetry.sqlite"
     turns = conv.turns
-    replies = [r for t in turns for r in t["replies"]]
+    replies = [r for t in turns for r in t["replies"] if r["role"] == "assistant"]
     offline = OfflineSummariser(conv.summaries) if summary == "offline" else None
     model = conv.model or "replay-model"
     out: Dict[str, Any] = {"error": None, "divergences": [], "turns_done": 0, "turns": len(turns)}
@@ -186,28 +210,16 @@ def replay(conv: Conversation, engine: str, *, user_config: Dict[str, Any], cont
                         registry=registry)
                 if conv.system_prompt:
                     agent._cached_system_prompt = conv.system_prompt   # the recorded prompt, verbatim
-                history = None
-                expected = 0
                 started = time.monotonic()
                 try:
-                    for n, turn in enumerate(turns, 1):
-                        server.turn = n
-                        result = agent.run_conversation(turn["user"], conversation_history=history)
-                        history = result.get("messages") or history
-                        expected += len(turn["replies"])
-                        used = server._next
-                        if used != expected or server.unanswered:
-                            out["divergences"].append(
-                                f"turn {n}: the agent made {len(turn['replies']) + used - expected + server.unanswered} "
-                                f"requests, the recording has {len(turn['replies'])}")
-                            server._next = expected     # the next turn gets its own replies
-                            server.unanswered = 0
-                        out["turns_done"] = n
+                    with host.replay_tool_results(agent, tool_results(conv.messages), tool_names(conv.messages)):
+                        _run_turns(agent, server, turns, out)
                 except Exception as exc:   # an engine that raises into the host: reported, the rest goes on
                     out["error"] = f"{type(exc).__name__}: {exc}"
                 out["seconds"] = time.monotonic() - started
-                out["final_messages"] = len(history or [])
-                out["final_tokens"] = _count(model, history or [])
+                history = out.get("history") or []
+                out["final_messages"] = len(history)
+                out["final_tokens"] = _count(model, history)
                 out["summary_calls"] = offline.calls if offline else None
                 out["compression_count"] = getattr(inner, "compression_count", None)
         out["requests"] = list(server.requests)
@@ -216,7 +228,5 @@ def replay(conv: Conversation, engine: str, *, user_config: Dict[str, Any], cont
     finally:
         registry.shutdown(5)
         out["rows"] = _store_rows(store)
-        if keep_dir is not None:
-            shutil.copy2(store, keep_dir) if store.exists() else None
         shutil.rmtree(tmp, ignore_errors=True)
     return out

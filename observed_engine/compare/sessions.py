@@ -170,38 +170,67 @@ def _child_prefix(conv: Conversation, row: sqlite3.Row, original: List[Dict[str,
     return False
 
 
-def _why_not(messages: List[Dict[str, Any]]) -> Optional[str]:
+def _calls(m: Dict[str, Any]) -> List[tuple]:
+    """``[(id, name), ...]`` of an assistant message's tool calls."""
+    out = []
+    for call in m.get("tool_calls") or []:
+        if isinstance(call, dict):
+            fn = call.get("function") if isinstance(call.get("function"), dict) else {}
+            out.append((call.get("id"), fn.get("name") or call.get("name")))
+        else:
+            out.append((None, None))
+    return out
+
+
+def tool_results(messages: List[Dict[str, Any]]) -> Dict[str, Any]:
+    """The recorded result of each tool call, by ``tool_call_id``."""
+    return {m["tool_call_id"]: m.get("content") for m in messages
+            if m["role"] == "tool" and m.get("tool_call_id")}
+
+
+def tool_names(messages: List[Dict[str, Any]]) -> List[str]:
+    return sorted({name for m in messages for _, name in _calls(m) if name})
+
+
+def _why_not(messages: List[Dict[str, Any]], inline_tools: frozenset = frozenset()) -> Optional[str]:
     if not any(m["role"] == "user" for m in messages):
         return "no user message"
     if messages[0]["role"] != "user":
         return f"the transcript starts with a {messages[0]['role']} message, not a user message"
-    tools = sum(1 for m in messages if m["role"] == "tool" or m.get("tool_calls"))
-    if tools:
-        return (f"{tools} tool-call or tool-result messages: the replay does not run tools "
-                f"(their results would not be the recorded ones)")
     if any(not isinstance(m.get("content"), (str, type(None))) for m in messages):
         return "multimodal content (lists of parts): the replay sends text only"
-    roles = {m["role"] for m in messages} - {"user", "assistant"}
+    roles = {m["role"] for m in messages} - {"user", "assistant", "tool"}
     if roles:
         return f"messages with role(s) {sorted(roles)} the replay cannot send"
+    results = tool_results(messages)
+    for m in messages:
+        for call_id, name in _calls(m):
+            if not call_id or not name:
+                return "a tool call without an id or a name: its recorded result cannot be matched"
+            if name in inline_tools:
+                return (f"a {name!r} tool call: Hermes runs that tool inside the agent, the replay cannot "
+                        f"answer it with the recorded result")
+            if call_id not in results:
+                return f"tool call {call_id} ({name}) has no recorded result"
     return None
 
 
 def read_conversations(path: Path, *, session_ids: Optional[Sequence[str]] = None,
                        limit: Optional[int] = None,
-                       summary_body: Callable[[Any], Optional[str]]) -> List[Conversation]:
+                       summary_body: Callable[[Any], Optional[str]],
+                       inline_tools: frozenset = frozenset()) -> List[Conversation]:
     """The recorded conversations, newest first (``limit`` of them), or the ones named.
 
     ``summary_body(content)``: the body of a compaction summary message, None for any other
     message (the host's own test, ``host.compaction_summary_body``)."""
     conn = open_store(path)
     try:
-        return _read(conn, session_ids, limit, summary_body)
+        return _read(conn, session_ids, limit, summary_body, inline_tools)
     finally:
         conn.close()
 
 
-def _read(conn, session_ids, limit, summary_body) -> List[Conversation]:
+def _read(conn, session_ids, limit, summary_body, inline_tools) -> List[Conversation]:
     scols = _columns(conn, "sessions")
     mcols = _columns(conn, "messages")
     need = {"id", "session_id", "role", "content", "tool_calls", "tool_call_id", "tool_name", "timestamp"}
@@ -264,7 +293,7 @@ def _read(conn, session_ids, limit, summary_body) -> List[Conversation]:
                     conv.summaries.append(body)
             original.extend(_new_in_set(item, original, is_summary))
         conv.messages = original
-        conv.skip = _why_not(original)
+        conv.skip = _why_not(original, inline_tools)
         out.append(conv)
         if limit and not session_ids and len([c for c in out if c.skip is None]) >= limit:
             break
