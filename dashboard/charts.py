@@ -43,7 +43,8 @@ def _scale(mapping: dict, domain: Sequence[str]) -> dict:
 
 
 def _legend(**kw) -> dict:
-    return {"orient": "top", "title": None, **kw}
+    """A legend above the chart that wraps into columns and never shortens a label."""
+    return {"orient": "top", "title": None, "columns": 4, "labelLimit": 0, **kw}
 
 
 def _ms(ts) -> pd.Series:
@@ -222,7 +223,7 @@ def outcome_bars(df: pd.DataFrame, category: str, colors: dict, domain: Sequence
             "x": {"field": "count", "type": "quantitative", "stack": "normalize" if normalize else "zero",
                   "title": "share" if normalize else "count", "axis": axis},
             "color": {"field": category, "type": "nominal", "scale": _scale(colors, domain),
-                      "legend": _legend(columns=2, labelLimit=200)},
+                      "legend": _legend(columns=2)},
             "order": {"field": "order", "type": "quantitative"},
             "tooltip": [{"field": "engine", "type": "nominal"}, {"field": category, "type": "nominal"},
                         {"field": "count", "type": "quantitative", "format": ","}],
@@ -239,7 +240,7 @@ def lines_over_time(df: pd.DataFrame, y: str, color: str, y_title: str, fmt: str
     enc = {
         "x": x,
         "y": {"field": y, "type": "quantitative", "title": y_title, "axis": {"format": y_format}},
-        "color": {"field": color, "type": "nominal", "legend": _legend(columns=3, labelLimit=180)},
+        "color": {"field": color, "type": "nominal", "legend": _legend(columns=3)},
         "tooltip": [{"field": "t", "type": "temporal", "format": "%Y-%m-%d %H:%M", "title": "time"},
                     {"field": color, "type": "nominal"}, {"field": y, "type": "quantitative", "format": fmt}],
     }
@@ -302,3 +303,62 @@ def latency_dots(df: pd.DataFrame, color_by: Optional[str] = None, order: Option
     return _spec(height={"step": 40 if color_by else 30}, layer=[rule, dots],
                  datasets={"ranges": _clean(d[["engine", "hook", "label", "p50_ms", "p99_ms"]]),
                            "dots": _clean(long[["engine", "hook", "label", "quantile", "ms"]])})
+
+
+# --- one session --------------------------------------------------------------------
+
+TIMELINE_COLORS = {
+    vocab.COMPRESSED: "#2e9d5b", vocab.NOOP: "#9aa5b1", vocab.CALL_ERROR: "#d64545", vocab.TIMEOUT: "#f0a030",
+    vocab.FAIL_OPEN: "#d64545", vocab.DECISION_COMPRESS: "#e8833a", vocab.DECISION_SKIP: "#8fb8f5",
+    vocab.DECISION_DEFER: "#8e44ad", vocab.DECISION_ESTIMATE: "#5b8def",
+}
+
+
+def session_timeline(tl: pd.DataFrame, blocked: Sequence[tuple] = (), span_s: float = 3600.0) -> dict:
+    """Every row of one session: a lane per hook, a dot per call coloured by ``what`` (outcome,
+    decision or event), blocked periods shaded. ``tl`` has ts, hook, what and the token columns."""
+    d = pd.DataFrame({
+        "t": _ms(tl["ts"]).to_numpy(), "hook": tl["hook"].astype(str).to_numpy(),
+        "what": tl["what"].astype(str).to_numpy(),
+        "tokens": pd.to_numeric(tl["checked_tokens"], errors="coerce").fillna(
+            pd.to_numeric(tl["prompt_tokens"], errors="coerce")).to_numpy(),
+        "before": pd.to_numeric(tl["tokens_before"], errors="coerce").to_numpy(),
+        "after": pd.to_numeric(tl["tokens_after"], errors="coerce").to_numpy(),
+        "ms": (pd.to_numeric(tl["duration_s"], errors="coerce") * 1000.0).to_numpy(),
+        "model": tl["summary_model"].astype(str).where(tl["summary_model"].notna(), "").to_numpy(),
+    })
+    known = [w for w in TIMELINE_COLORS if w in set(d["what"])]
+    others = sorted(set(d["what"]) - set(known))
+    palette = ["#6b7280", "#b45309", "#0f766e", "#be185d", "#4338ca", "#65a30d", "#0369a1", "#a16207"]
+    domain = known + others
+    rng = [TIMELINE_COLORS[w] for w in known] + [palette[i % len(palette)] for i in range(len(others))]
+    x = time_x(span_s)
+    y = {"field": "hook", "type": "nominal", "title": None, "axis": {"labelLimit": 320},
+         "sort": {"field": "t", "op": "min"}}
+    layers = []
+    datasets = {"rows": d}
+    if blocked:
+        datasets["blocked"] = pd.DataFrame({"t": [b[0] * 1000.0 for b in blocked],
+                                            "t2": [b[1] * 1000.0 for b in blocked],
+                                            "reason": [str(b[2]) for b in blocked]})
+        layers.append({"data": {"name": "blocked"}, "mark": {"type": "rect", "color": "#d64545", "opacity": 0.12},
+                       "encoding": {"x": x, "x2": {"field": "t2"},
+                                    "tooltip": [{"field": "reason", "type": "nominal", "title": "blocked"}]}})
+    layers.append({
+        "data": {"name": "rows"},
+        "mark": {"type": "point", "filled": True, "size": 80, "opacity": 0.9},
+        "encoding": {
+            "x": x, "y": y,
+            "color": {"field": "what", "type": "nominal", "scale": {"domain": domain, "range": rng},
+                      "legend": _legend(columns=5, labelLimit=0)},
+            "tooltip": [{"field": "t", "type": "temporal", "format": "%H:%M:%S.%L", "title": "time"},
+                        {"field": "hook", "type": "nominal"}, {"field": "what", "type": "nominal"},
+                        {"field": "tokens", "type": "quantitative", "format": ",.0f"},
+                        {"field": "before", "type": "quantitative", "format": ",.0f", "title": "tokens before"},
+                        {"field": "after", "type": "quantitative", "format": ",.0f", "title": "tokens after"},
+                        {"field": "ms", "type": "quantitative", "format": ",.2f"},
+                        {"field": "model", "type": "nominal", "title": "summary model"}],
+        },
+    })
+    n_hooks = max(1, d["hook"].nunique())
+    return _spec(height=max(120, 26 * n_hooks), layer=layers, datasets=datasets)

@@ -6,6 +6,8 @@ import os
 
 import streamlit as st
 
+from observed_engine.contract.store_schema import demo_store_path
+
 from .format import literal
 from .options import PROMETHEUS
 from .sources import Source, Status
@@ -14,7 +16,9 @@ from .sources import Source, Status
 def render_empty_state(src: Source, status: Status, refresh: float, *, typed: bool = False) -> None:
     """``typed``: the source is one the viewer typed into the sidebar, not the configured one;
     its failure says only that it cannot be opened (no hint whether the file exists)."""
-    config = literal(os.environ.get("HERMES_HOME", "~/.hermes") + "/config.yaml")
+    home = os.environ.get("HERMES_HOME", "~/.hermes")
+    config = literal(home + "/config.yaml")
+    demo = literal(demo_store_path(home))
     label = literal(src.label)
     if src.kind == PROMETHEUS:
         if status.state == "error":
@@ -34,7 +38,9 @@ Prometheus at {label} has no `hermes_context_*` series. To feed it:
    ```
 2. Install it into your Hermes home: `observed-engine install`
 3. Add a scrape job for `127.0.0.1:9464` to `prometheus.yml` (and the alert rules from `deploy/`).
-4. No live agent at hand? `observed-engine demo` runs sample sessions through the engine.
+4. No live agent at hand? `observed-engine demo` runs real Hermes agents against a local fake LLM
+   through the engine; it writes the SQLite store {demo}, not Prometheus (`--prometheus-port 9464`
+   serves its `/metrics` too).
 
 This page checks again every {refresh:g} s. Per-session views need the SQLite store
 (`OBSERVED_STORE=/path/to/telemetry.sqlite`).
@@ -62,8 +68,10 @@ Hermes calls its context engine. To start recording:
      engine: observed
    ```
 2. **Install it** into your Hermes home: `observed-engine install`
-3. **See it work without a live agent:** `observed-engine demo` runs sample sessions through the
-   engine and writes them to this store.
+3. **See it work without a live agent:** `observed-engine demo` (or `bash scripts/demo.sh`) runs
+   real Hermes agents against a local fake LLM through the engine. It writes its own store,
+   {demo}, and serves its own dashboard on it (http://127.0.0.1:8501); to read that store
+   here, start this dashboard with `--store` {demo} (or set `OBSERVED_STORE`).
 4. Run a Hermes turn. This page checks again every {refresh:g} s and fills in by itself.
 
 Reading another store? Set `OBSERVED_STORE=/path/to/telemetry.sqlite` (or pick it in the sidebar).

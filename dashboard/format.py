@@ -88,3 +88,14 @@ def numeric(df: pd.DataFrame, skip: Sequence[str] = ("engine", "hook")) -> pd.Da
 
 def plural(n: int, word: str) -> str:
     return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+SESSION_PARAM = "session"          # ?session=<id> opens that session's timeline
+SESSION_LINK_TEXT = r"\?session=(.*)"  # a LinkColumn shows the id the link carries
+
+
+def session_href(session) -> str:
+    """The page's own address with ``?session=<id>`` (percent-encoded: the id is never markup)."""
+    from urllib.parse import quote
+
+    return f"?{SESSION_PARAM}={quote(str(session), safe='')}"

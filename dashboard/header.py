@@ -10,7 +10,7 @@ from observed_engine.contract import vocabulary as vocab
 from .context import Ctx, cached
 from .format import fmt_int, fmt_pct, literal
 from .options import PROMETHEUS
-from .sources import ALERT_COLUMNS, CAP_SESSIONS, SourceError
+from .sources import ALERT_COLUMNS, CAP_SESSIONS, HOOK_COMPRESS, HOOK_SESSION_END, HOOK_UPDATE, SourceError
 from .tabs.alerts import TITLE as TAB_ALERTS
 
 TIMEOUT_EVENTS = (vocab.DEADLINE_EXCEEDED, vocab.HOST_REPORTED)
@@ -47,7 +47,47 @@ def render_alert_banner(ctx: Ctx) -> pd.DataFrame:
     return alerts
 
 
+OVER_WINDOW_HELP = ("Above 100 %: the prompt outgrew the model's window. The host sends it anyway when "
+                    "compression did not happen: it was blocked (the cooldown after a summary failure), "
+                    "aborted (the summary model failed, messages kept) or not effective; the provider then "
+                    "rejects or truncates it. The session timeline shows which.")
+
+
+def render_session_kpis(ctx: Ctx) -> None:
+    """The headline figures of the focused session only, from its own rows."""
+    tl = ctx.q("timeline", 5000)
+    cols = st.columns([1, 1, 1.35, 0.85, 1.1, 1.25])
+    if tl is None or tl.empty:
+        cols[0].metric("Session", "–", help="No rows of this session in the range.")
+        return
+    calls = tl[tl["event"] == vocab.EVENT_CALL]
+    comp = calls[calls["hook"] == HOOK_COMPRESS]
+    ended = bool((tl["hook"] == HOOK_SESSION_END).any())
+    cols[0].metric("Session", "ended" if ended else "open", help="This session only: open until its on_session_end.")
+    cols[1].metric("Compressions", fmt_int(len(comp)), help="compress() calls of this session; "
+                   f"{int((comp['outcome'] == vocab.COMPRESSED).sum()):,} compressed.")
+    cols[2].metric("Compression timeouts", fmt_int(int(tl["event"].isin(TIMEOUT_EVENTS).sum())),
+                   help="This session's compressions past their deadline (deadline_exceeded, host_reported).")
+    cols[3].metric("Fail-opens", fmt_int(int((tl["event"] == vocab.FAIL_OPEN).sum())),
+                   help="This session's hook failures the host fell open on.")
+    cols[4].metric("Summary failures", fmt_int(int((tl["event"] == vocab.EVENT_SUMMARY_FAILURE).sum())),
+                   help="This session's compress() calls that returned although the summary model failed.")
+    upd = tl[(tl["hook"] == HOOK_UPDATE) & pd.to_numeric(tl["window_tokens"], errors="coerce").gt(0)]
+    if upd.empty:
+        cols[5].metric("Context usage", "–", help="No update_from_response of this session in the range.")
+        return
+    last = upd.iloc[-1]
+    ratio = float(last["prompt_tokens"]) / float(last["window_tokens"])
+    cols[5].metric("Context usage", fmt_pct(ratio, 0),
+                   help=f"Latest response of this session: {fmt_int(last['prompt_tokens'])} of "
+                        f"{fmt_int(last['window_tokens'])} tokens (threshold {fmt_int(last['threshold_tokens'])})."
+                        + (" " + OVER_WINDOW_HELP if ratio > 1 else ""))
+
+
 def render_kpis(ctx: Ctx) -> None:
+    if ctx.f.session and ctx.src.supports(CAP_SESSIONS):
+        render_session_kpis(ctx)
+        return
     cols = st.columns([1, 1, 1.35, 0.85, 1.1, 1.25])       # room for the longer labels
     comp, _ = ctx.q("compressions")
     counts = ctx.q("incident_counts")
@@ -56,7 +96,10 @@ def render_kpis(ctx: Ctx) -> None:
     approx = "" if ctx.exact else " (from increase(), approximate)"
     if ctx.src.supports(CAP_SESSIONS):
         sessions = ctx.q("sessions")
-        cols[0].metric("Active sessions", fmt_int(len(sessions)), help="Sessions with events in the range.")
+        ended = int(sessions["ended"].fillna(False).astype(bool).sum()) if "ended" in sessions else 0
+        cols[0].metric("Active sessions", fmt_int(len(sessions) - ended),
+                       help=f"Sessions with events in the range that have not ended (no on_session_end as their "
+                            f"latest event); {ended:,} of the {len(sessions):,} in the range ended.")
         recent = tuple(sessions["session"].head(20))
     else:
         engines = ctx.q("engines")
@@ -80,6 +123,6 @@ def render_kpis(ctx: Ctx) -> None:
         cols[5].metric("Highest context usage", fmt_pct(top["ratio"], 0),
                        help=f"{literal(top['series'])}: {fmt_int(top['prompt_tokens'])} of "
                             f"{fmt_int(top['window_tokens'])} tokens (threshold {fmt_int(top['threshold_tokens'])}), "
-                            "latest response.")
+                            "latest response." + (" " + OVER_WINDOW_HELP if top["ratio"] > 1 else ""))
     else:
         cols[5].metric("Highest context usage", "–", help="No update_from_response in the range.")

@@ -16,7 +16,7 @@ from . import options
 from .context import Ctx, cached, guard, status_of
 from .empty_state import render_empty_state
 from .factory import alert_source, open_source
-from .format import literal, plural
+from .format import SESSION_PARAM, literal, plural, session_href
 from .header import render_alert_banner, render_kpis
 from .prefetch import prefetch
 from .prom_http import check_url
@@ -24,6 +24,7 @@ from .sources import (
     CAP_SESSIONS, DEFAULT_RANGE, RANGE_PRESETS, SourceError, Status, make_filters,
 )
 from .tabs import TABS
+from .tabs.session import TITLE as SESSION_TAB
 
 RANGE_ALL = "All data"
 RANGE_CUSTOM = "Custom range"
@@ -113,9 +114,19 @@ def sidebar():
                                            _f=f0)["session"].head(SESSION_CHOICES))
                 except SourceError:
                     sessions = []
-            pick = st.selectbox("Session", [ALL_SESSIONS, *sessions], index=0, key="session",
-                                help="Sessions active in the range, most recent first.")
+            wanted = st.query_params.get(SESSION_PARAM) or None       # ?session=<id>: a link to its timeline
+            if wanted is not None and wanted not in sessions:
+                sessions.insert(0, wanted)
+            choices = [ALL_SESSIONS, *sessions]
+            pick = st.selectbox("Session", choices, index=choices.index(wanted) if wanted else 0, key="session",
+                                help="Sessions active in the range, most recent first; its timeline is under "
+                                     f"*{SESSION_TAB}*. A link: `?{SESSION_PARAM}=<id>`.")
             session = None if pick == ALL_SESSIONS else pick
+            if session != wanted:                 # the address always says which session is focused
+                if session is None:
+                    st.query_params.pop(SESSION_PARAM, None)
+                else:
+                    st.query_params[SESSION_PARAM] = session
             if session is None:
                 max_series = st.slider("Sessions drawn", 1, 12, 4, key="max_series",
                                        help="How many of the most recent sessions the usage view draws.")
@@ -131,13 +142,33 @@ def sidebar():
                 all_engines=all_engines, alerts_from=alerts_from)
 
 
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, float(seconds))
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def _span(range_label, custom, status, now):
     if range_label == RANGE_CUSTOM and custom:
         return custom[1] - custom[0], custom[1]
     if range_label == RANGE_ALL:
         first = status.first_ts if status.first_ts else now - 3600
         return max(60.0, now - first + 1), None
-    return RANGE_PRESETS.get(range_label, RANGE_PRESETS[DEFAULT_RANGE]), None
+    preset = RANGE_PRESETS.get(range_label, RANGE_PRESETS[DEFAULT_RANGE])
+    return fitted(preset, status, now), None
+
+
+def fitted(span: float, status, now: float) -> float:
+    """A preset range fitted to the data: a store younger than the range is drawn from its first
+    row (plus a margin), not as a sliver at the right edge of a "last 6 hours" chart."""
+    first = getattr(status, "first_ts", None)
+    if not isinstance(first, (int, float)) or first <= now - span:
+        return span
+    age = max(0.0, now - float(first))
+    return min(span, max(60.0, age * 1.1 + 30.0))
 
 
 def main_panel(cfg: dict) -> None:
@@ -163,8 +194,16 @@ def main_panel(cfg: dict) -> None:
         source_txt += f" · {status.events:,} events"
     if status.skipped:
         source_txt += f" · {plural(status.skipped, 'row')} without a numeric time skipped"
-    st.caption(f"{source_txt} · {cfg['range_label'].lower()} · updated {datetime.now():%H:%M:%S}"
+    range_txt = cfg["range_label"].lower()
+    if cfg["range_label"] in RANGE_PRESETS and span < RANGE_PRESETS[cfg["range_label"]]:
+        range_txt += f" (the data begins {_ago(now - status.first_ts)} ago: drawn from there)"
+    st.caption(f"{source_txt} · {range_txt} · updated {datetime.now():%H:%M:%S}"
                + (f", live every {cfg['refresh']:g} s" if cfg["live"] else ", paused"))
+    if cfg["session"]:
+        st.caption(f"Focused on session {literal(cfg['session'])}: the headline figures, *Context usage*, "
+                   f"*{SESSION_TAB}* and the incidents under *Alerts & incidents* are this session's only; "
+                   "*Compressions*, *select_context*, *Hook latency*, *Compare engines* and the active alerts "
+                   f"stay fleet-wide (all sessions of the selected engines). Link: `{session_href(cfg['session'])}`")
     ctx = Ctx(src=src, f=f, now=now, refresh=cfg["refresh"], status=status, max_series=cfg["max_series"],
               all_engines=cfg["all_engines"], alerts_from=cfg["alerts_from"])
     with src.snapshot():

@@ -31,7 +31,7 @@ from observed_engine.contract.promql import agg, eq, gauge, increase_sum, one_of
 from .prom_http import PrometheusHTTP
 from .sources import (
     ALERT_COLUMNS, CAP_ALERTS, CONTENT_COLUMNS, HOOK_COMPRESS, INCIDENT_COLUMNS, INCIDENT_COUNT_COLUMNS,
-    SESSION_COLUMNS, Filters, SourceError, Status,
+    SESSION_COLUMNS, TIMELINE_COLUMNS, Filters, SourceError, Status,
 )
 
 
@@ -215,6 +215,9 @@ class PrometheusSource:
 
     def incidents(self, f: Filters, limit: int) -> pd.DataFrame:  # noqa: ARG002
         return pd.DataFrame(columns=INCIDENT_COLUMNS)         # counters, not events
+
+    def timeline(self, f: Filters, limit: int) -> pd.DataFrame:  # noqa: ARG002
+        return pd.DataFrame(columns=TIMELINE_COLUMNS)         # session ids are never metric labels
 
     def content(self, f: Filters, limit: int) -> pd.DataFrame:  # noqa: ARG002
         return pd.DataFrame(columns=CONTENT_COLUMNS)          # message text is never exported

@@ -35,6 +35,7 @@ from observed_engine.contract.hooks import BY_NAME as _HOOKS
 HOOK_COMPRESS = _HOOKS["compress"].name
 HOOK_SELECT = _HOOKS["select_context"].name
 HOOK_UPDATE = _HOOKS["update_from_response"].name
+HOOK_SESSION_END = _HOOKS["on_session_end"].name
 
 # Capabilities a source may have; views say what is missing when one is absent.
 CAP_SESSIONS = "sessions"          # per-session rows (the sawtooth of one session)
@@ -162,8 +163,8 @@ class Source(Protocol):
         ...
 
     def sessions(self, f: Filters) -> pd.DataFrame:
-        """[session, engine, last_ts] active in the range, most recent first (empty without
-        CAP_SESSIONS)."""
+        """[session, engine, last_ts, ended] active in the range, most recent first (``ended``: its
+        latest row is on_session_end; empty without CAP_SESSIONS)."""
         ...
 
     def usage(self, f: Filters, series: Sequence[str]) -> Tuple[pd.DataFrame, pd.DataFrame]:
@@ -210,14 +211,23 @@ class Source(Protocol):
         """Active alerts: [alert, severity, state, engine, detail, since]."""
         ...
 
+    def timeline(self, f: Filters, limit: int) -> pd.DataFrame:
+        """Every row of the selected session in the range, oldest first: [TIMELINE_COLUMNS]
+        (columns an older store lacks are NULL; empty without CAP_SESSIONS)."""
+        ...
+
     def content(self, f: Filters, limit: int) -> pd.DataFrame:
         """Captured message text of the selected session: [ts, hook, content] (empty without
         CAP_CONTENT)."""
         ...
 
 
-SESSION_COLUMNS = ["session", "engine", "last_ts"]
+SESSION_COLUMNS = ["session", "engine", "last_ts", "ended"]
 INCIDENT_COLUMNS = ["ts", "session", "engine", "hook", "event", "kind", "reason", "duration_s", "content"]
 INCIDENT_COUNT_COLUMNS = ["engine", "hook", "event", "kind", "reason", "count"]
 CONTENT_COLUMNS = ["ts", "hook", "content"]
+TIMELINE_COLUMNS = ["ts", "engine", "hook", "event", "outcome", "reason", "decision", "checked_tokens",
+                    "prompt_tokens", "threshold_tokens", "window_tokens", "tokens_before", "tokens_after",
+                    "messages_before", "messages_after", "duration_s", "summary_model", "input_tokens",
+                    "cache_read_tokens", "tokenizer"]
 ALERT_COLUMNS = ["alert", "severity", "state", "engine", "detail", "since"]

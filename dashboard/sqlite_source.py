@@ -33,6 +33,7 @@ from .sqlite import compressions as _compressions
 from .sqlite import incidents as _incidents
 from .sqlite import latency as _latency
 from .sqlite import selections as _selections
+from .sqlite import timeline as _timeline
 from .sqlite.buckets import BucketCache
 from .sqlite.percentiles import Percentiles
 from .sqlite.reader import StoreReader
@@ -99,6 +100,9 @@ class SQLiteSource:
 
     def content(self, f: Filters, limit: int = 50) -> pd.DataFrame:
         return self._usage.content(f, limit)
+
+    def timeline(self, f: Filters, limit: int = _timeline.TIMELINE_LIMIT) -> pd.DataFrame:
+        return _timeline.timeline(self.db, f, limit)
 
     def compressions(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
         return _compressions.compressions(self.db, self._buckets, self._pct, f)

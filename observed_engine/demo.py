@@ -35,9 +35,11 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Dict, List, Optional
 
 from . import host
+from .contract.store_schema import demo_store_path
 from .host import default_store_path
 
 
@@ -396,6 +398,107 @@ def router_engine(settings: Dict[str, Any], context_length: int):
     return observe(make_topic_router(context_length)(), settings={**settings, "name": "observed"})
 
 
+# -- offline engines (no agent loop): the test feeds drive these hook by hook --------------------
+
+def make_trimming_router(context_length: int = 128_000):
+    """The offline router of the test feeds: select_context as the demo's, its own trimming compress."""
+    ContextEngine = host.context_engine_abc()
+
+    class TopicRouterEngine(ContextEngine):
+        """Demo engine: routes each request to the messages of its topic; trims on compress."""
+
+        name = "topic-router"
+
+        def __init__(self, garbage_rate: float = 0.05) -> None:
+            self.context_length = context_length
+            self.threshold_percent = 0.6
+            self.threshold_tokens = int(context_length * self.threshold_percent)
+            self.garbage_rate = garbage_rate
+            self._selection: Optional[list] = None
+            self._topic: Optional[str] = None
+            self._rng = random.Random(7)
+
+        def update_from_response(self, usage):
+            self.last_prompt_tokens = usage.get("prompt_tokens", 0)
+            self.last_completion_tokens = usage.get("completion_tokens", 0)
+            self.last_total_tokens = usage.get("total_tokens", 0)
+
+        def should_compress(self, prompt_tokens=None):
+            tokens = prompt_tokens if prompt_tokens is not None else self.last_prompt_tokens
+            return tokens >= self.threshold_tokens
+
+        def compress(self, messages, current_tokens=None, focus_topic=None):  # noqa: ARG002 (the host filters kwargs by this signature)
+            self.compression_count += 1
+            keep = max(6, len(messages) // 3)
+            return messages[:2] + messages[-keep:]
+
+        def select_context(self, request_messages, *, conversation_messages=None,  # noqa: ARG002
+                           incoming_message=None, budget_tokens=0):  # noqa: ARG002 (head's call)
+            roll = self._rng.random()
+            if roll < self.garbage_rate:
+                return {"oops": "not a list"}          # the host falls open
+            text = str((incoming_message or {}).get("content", "")) if isinstance(incoming_message, dict) else ""
+            topic = next((t for t in TOPICS if text.startswith(f"[{t}]")), None)   # the tag only
+            if topic is None:
+                return None                             # leave the request unchanged
+            if topic == self._topic and self._selection is not None:
+                return self._selection                  # same selection: cache-friendly
+            self._topic = topic
+            picked = [m for m in request_messages if topic in str(m.get("content", ""))][-12:]
+            self._selection = request_messages[:1] + picked + request_messages[-1:]
+            return self._selection
+
+    return TopicRouterEngine
+
+
+class OfflineSummariser:
+    """Stands in for the LLM behind ``call_llm(task="compression")``; sometimes slow, sometimes failing."""
+
+    def __init__(self, slow_every: int, slow_seconds: float, fail_every: int = 0) -> None:
+        self.calls = 0
+        self.failures = 0
+        self.slow_every = slow_every
+        self.slow_seconds = slow_seconds
+        self.fail_every = fail_every
+        self._lock = threading.Lock()
+
+    def __call__(self, *args, **kwargs):  # noqa: ARG002 (call_llm's signature; the demo answers any call)
+        with self._lock:
+            self.calls += 1
+            n = self.calls
+            failing = bool(self.fail_every) and n % self.fail_every == 0
+            if failing:
+                self.failures += 1
+                nth_failure = self.failures
+        if failing:
+            time.sleep(0.05)
+            if nth_failure % 2:
+                raise RuntimeError("offline summariser: simulated 503 Service Unavailable")
+            raise ConnectionError("offline summariser: simulated connection reset")
+        if self.slow_every and n % self.slow_every == 0:
+            time.sleep(self.slow_seconds)
+        else:
+            time.sleep(0.05)
+        summary = ("## Goal\nKeep the demo conversation going.\n## Progress\n"
+                   f"Summarised turns (summary #{n}).\n## Next steps\nContinue.")
+        return SimpleNamespace(choices=[SimpleNamespace(message=SimpleNamespace(content=summary))],
+                               usage=None, model="offline-summariser")
+
+
+def build_engines(settings: Dict[str, Any], summariser: OfflineSummariser, context_length: int) -> Dict[str, Any]:
+    from .api import observe
+
+    cc = host.compressor_module()
+
+    cc.call_llm = summariser       # the only LLM call of the built-in compressor, answered offline
+    compressor = cc.ContextCompressor(
+        "gpt-4o", threshold_percent=0.5, protect_first_n=1, protect_last_n=6,
+        config_context_length=context_length, quiet_mode=True,
+    )
+    router = make_trimming_router(context_length)()
+    return {"compressor": observe(compressor, settings=settings), "topic-router": observe(router, settings=settings)}
+
+
 # -- the dashboard ------------------------------------------------------------------------
 # The one builder of the dashboard's command line, used by ``start_dashboard`` below and by
 # ``observed-engine dashboard`` (observed_engine/cli/dashboard.py). It lives here, not in the
@@ -460,7 +563,7 @@ def start_dashboard(store: Path, address: str, port: int) -> Optional[subprocess
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="observed-engine demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--store", type=Path, default=default_store_path().parent / "demo.sqlite",
+    parser.add_argument("--store", type=Path, default=demo_store_path(host.hermes_home()),
                         help="SQLite store to write (default: %(default)s)")
     parser.add_argument("--sessions", type=int, default=3, help="concurrent sessions (default 3)")
     parser.add_argument("--duration", type=float, default=0, help="seconds to run; 0 = until Ctrl-C")
@@ -498,6 +601,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     # the agents' Hermes home: private, next to the store (the operator's own home is not touched)
     home = write_demo_home(args.store.parent / (args.store.stem + "-hermes-home"), llm, settings,
                            args.context_length)
+    operator_home = os.environ.get("HERMES_HOME")
     os.environ["HERMES_HOME"] = str(home)
     host.reset_plugin_discovery()
     traffic = Traffic(llm, router_engine(settings, args.context_length), args.sessions, args.turn_delay,
@@ -538,6 +642,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         flush(10.0)
         llm.stop()
+        if operator_home is None:             # main() may run inside another program (the tests do)
+            os.environ.pop("HERMES_HOME", None)
+        else:
+            os.environ["HERMES_HOME"] = operator_home
+        host.reset_plugin_discovery()
         if dashboard is not None:
             try:
                 os.killpg(dashboard.pid, signal.SIGTERM)

@@ -21,7 +21,7 @@ import pandas as pd
 from observed_engine.contract import vocabulary as vocab
 
 from ..sources import (
-    CONTENT_COLUMNS, HOOK_COMPRESS, HOOK_UPDATE, SESSION_COLUMNS, Filters, with_skipped,
+    CONTENT_COLUMNS, HOOK_COMPRESS, HOOK_SESSION_END, HOOK_UPDATE, SESSION_COLUMNS, Filters, with_skipped,
 )
 from .reader import TS_IS_NUMBER, StoreReader, in_list, is_number, numeric
 
@@ -57,7 +57,8 @@ class Usage:
     # -- the session list ------------------------------------------------------------
 
     def sessions(self, f: Filters) -> pd.DataFrame:
-        """Sessions with events in [start, end), most recent first: [session, engine, last_ts]."""
+        """Sessions with events in [start, end), most recent first: [session, engine, last_ts, ended]
+        (``ended``: the session's latest row is its on_session_end)."""
         with self.db.snapshot():
             hwm = self.db.hwm()
             live = f.end >= time.time() - 1.0
@@ -67,24 +68,27 @@ class Usage:
                 old_hwm, known = state
                 if hwm > old_hwm:
                     known = dict(known)
-                    for sess, ts, engine in self.db.rows(
-                            "SELECT session, MAX(+ts), engine FROM events WHERE id > ? AND id <= ? "
+                    # (SQLite: with MAX(), the bare columns come from the row holding the maximum)
+                    for sess, ts, engine, hook in self.db.rows(
+                            "SELECT session, MAX(+ts), engine, hook FROM events WHERE id > ? AND id <= ? "
                             f"AND session IS NOT NULL AND {TS_IS_NUMBER} GROUP BY +session",
                             (old_hwm, hwm)):
                         if sess not in known or ts >= known[sess][0]:
-                            known[sess] = (ts, engine)
+                            known[sess] = (ts, engine, hook)
             else:
-                known = {sess: (ts, engine) for sess, engine, ts in self.db.rows(
+                known = {sess: (ts, engine, hook) for sess, engine, hook, ts in self.db.rows(
                     "WITH RECURSIVE s(x) AS (SELECT MIN(session) FROM events UNION ALL "
                     "SELECT (SELECT MIN(session) FROM events WHERE session > s.x) FROM s WHERE s.x IS NOT NULL), "
                     "t AS MATERIALIZED (SELECT x AS session, (SELECT MAX(ts) FROM events WHERE session = s.x "
-                    "AND ts < :hi) AS last_ts FROM s WHERE x IS NOT NULL) "
-                    "SELECT session, (SELECT engine FROM events WHERE session = t.session AND ts = t.last_ts), "
-                    "last_ts FROM t WHERE last_ts IS NOT NULL", {"hi": f.end})}
+                    "AND ts < :hi) AS last_ts FROM s WHERE x IS NOT NULL), "
+                    "r AS MATERIALIZED (SELECT session, last_ts, (SELECT id FROM events WHERE session = t.session "
+                    "AND ts = t.last_ts ORDER BY id DESC LIMIT 1) AS rid FROM t WHERE last_ts IS NOT NULL) "
+                    "SELECT r.session, e.engine, e.hook, r.last_ts FROM r JOIN events e ON e.id = r.rid",
+                    {"hi": f.end})}
             if live:
                 with self._lock:
                     self._sessions_state = (hwm, known)
-        rows = [(sess, engine, ts) for sess, (ts, engine) in known.items()
+        rows = [(sess, engine, ts, hook == HOOK_SESSION_END) for sess, (ts, engine, hook) in known.items()
                 if ts is not None and f.start <= ts < f.end and (not f.engines or engine in f.engines)]
         rows.sort(key=lambda r: r[2], reverse=True)
         return pd.DataFrame(rows, columns=SESSION_COLUMNS)
@@ -148,6 +152,8 @@ class Usage:
                                 line_rows.append((ts, sess, pt, tt, wt))
                             else:
                                 bad += 1
+                        elif event == vocab.EVENT_COMPRESSION_BLOCKED:
+                            continue          # a state change, not a compress() call (the timeline shows it)
                         elif all(map(is_number, (tb, ta, d))):
                             mark_rows.append((ts, sess, mark(event, outcome), tb, ta, d))
                         else:
@@ -163,7 +169,8 @@ class Usage:
                     line_rows.append((ts, sess, pt, tt, wt))
                 for ts, event, outcome, tb, ta, d in self.db.rows(
                         "SELECT ts, event, outcome, tokens_before, tokens_after, duration_s FROM events "
-                        f"WHERE {where}'{HOOK_COMPRESS}' AND {numeric(*_MARK_NUMBERS)}" + engine_clause
+                        f"WHERE {where}'{HOOK_COMPRESS}' AND {numeric(*_MARK_NUMBERS)} "
+                        f"AND event != '{vocab.EVENT_COMPRESSION_BLOCKED}'" + engine_clause
                         + " ORDER BY ts DESC LIMIT 500", p):
                     mark_rows.append((ts, sess, mark(event, outcome), tb, ta, d))
                 bad += self.db.rows(

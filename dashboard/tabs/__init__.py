@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from . import alerts, compare, compressions, latency, selection, usage
+from . import alerts, compare, compressions, latency, selection, session, usage
 
-TABS = {m.TITLE: m.render for m in (usage, compressions, selection, alerts, latency, compare)}
+TABS = {m.TITLE: m.render for m in (usage, session, compressions, selection, alerts, latency, compare)}

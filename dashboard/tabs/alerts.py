@@ -9,7 +9,7 @@ import streamlit as st
 from observed_engine.contract import vocabulary as vocab
 
 from ..context import Ctx, note_skipped
-from ..format import fmt_int, literal, to_dt
+from ..format import fmt_int, literal, session_href, to_dt
 from ..sources import CAP_ALERTS, CAP_EVENTS
 
 TITLE = "Alerts & incidents"
@@ -71,10 +71,13 @@ def render(ctx: Ctx) -> None:
             "event": inc["event"], "kind": inc["kind"], "reason": inc["reason"],
             "seconds": pd.to_numeric(inc["duration_s"], errors="coerce"),
         })
+        table["timeline"] = [session_href(x) if isinstance(x, str) else None for x in inc["session"]]
         if inc["content"].notna().any():      # only when capture_content was on
             table["content"] = inc["content"]
         st.dataframe(table, hide_index=True, width="stretch", height=min(600, 38 + 35 * len(table)),
                      column_config={"time": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss"),
+                                    "timeline": st.column_config.LinkColumn(
+                                        display_text="open", help="The session's timeline"),
                                     "seconds": st.column_config.NumberColumn(format="%.2f")})
         st.caption(f"Newest first; at most {INCIDENT_LIMIT} rows ({int(counts['count'].sum()):,} in the range). "
                    f"`kind`: the summary-failure kind of a `{vocab.EVENT_SUMMARY_FAILURE}` row, whose reason is "

@@ -86,7 +86,8 @@ def render(ctx: Ctx) -> None:
         **{o: summary[o] for o in outcomes},
         **{k: summary[k] for k in vocab.SUMMARY_FAILURE_KINDS},
         "p50 s": summary["p50_s"], "p95 s": summary["p95_s"], "p99 s": summary["p99_s"],
-        "avg tokens before": summary["tokens_before_avg"], "avg tokens after": summary["tokens_after_avg"],
+        "avg tokens before": pd.to_numeric(summary["tokens_before_avg"], errors="coerce").round().astype("Int64"),
+        "avg tokens after": pd.to_numeric(summary["tokens_after_avg"], errors="coerce").round().astype("Int64"),
         "after / before": summary["ratio"],
     })
     num = st.column_config.NumberColumn

@@ -10,10 +10,17 @@ from observed_engine.contract import vocabulary as vocab
 
 from .. import charts
 from ..context import Ctx, chart, note_skipped
-from ..format import fmt_tokens, literal, to_dt
+from ..format import SESSION_LINK_TEXT, fmt_tokens, literal, plural, session_href, to_dt
 from ..sources import CAP_CONTENT, CAP_SESSIONS
 
 TITLE = "Context usage"
+TOKEN_NOTE = (
+    "Which token numbers these are: *prompt tokens* are the provider's own count of the whole request "
+    "(`usage.prompt_tokens`, as the host passed it to update_from_response). *Tokens before / after* a "
+    "compression count the message contents only, with the store's tokenizer (tiktoken o200k_base, or an "
+    "estimate; column `tokenizer`): no system prompt, tool schemas or per-message overhead. Hermes' own lines "
+    "(\"Preflight compression: ~59,294 tokens >= 54,400 threshold\") print its rough whole-request estimate "
+    "(characters / 4 of messages, system prompt and tools), so its number differs from both.")
 
 
 def render(ctx: Ctx) -> None:
@@ -44,6 +51,13 @@ def render(ctx: Ctx) -> None:
         st.info("No update_from_response or compress rows for these sessions in the range.")
         return
     single = len(series) == 1
+    over = [r for r in latest.values() if r.ratio == r.ratio and r.ratio > 1]
+    if over:
+        st.warning(f"{plural(len(over), 'session')} above 100 % of the window "
+                   f"({', '.join(literal(r.series) for r in over[:5])}): the prompt outgrew the model's window. "
+                   "The host sends it anyway when no compression shrank it: compression was blocked (the "
+                   "engine's cooldown after a summary failure), aborted (the summary model failed and the "
+                   "messages were kept) or not effective. The session's timeline shows which.")
     st.markdown(charts.SAWTOOTH_LEGEND)
     grid = st.columns(1 if single else 2)
     for i, s in enumerate(series):
@@ -64,6 +78,11 @@ def render(ctx: Ctx) -> None:
             title += f"  ·  {n_comp} compression{'s' if n_comp > 1 else ''}"
         with grid[i % len(grid)]:
             chart(charts.sawtooth(ln, mk, title=title, height=320 if single else 200, span_s=ctx.f.span))
+    st.caption(TOKEN_NOTE)
+    if ctx.src.supports(CAP_SESSIONS) and not single:
+        st.dataframe(pd.DataFrame({"session": [session_href(s) for s in series]}), hide_index=True,
+                     column_config={"session": st.column_config.LinkColumn(
+                         "open a session's timeline", display_text=SESSION_LINK_TEXT)})
     if single and ctx.src.supports(CAP_SESSIONS):
         _session_details(ctx, marks)
 
