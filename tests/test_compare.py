@@ -84,12 +84,11 @@ def _rows(path: Path):
         conn.close()
 
 
-@pytest.fixture(scope="module")
-def recording(tmp_path_factory):
+def _record(base: Path, *, in_place: bool = True) -> dict:
     """A Hermes home whose state.db holds one conversation of TURNS turns with several
-    compactions, and the live run's compress rows."""
+    compactions (in place, Hermes' default, or by session rotation), and the live run's
+    compress rows."""
     mp = pytest.MonkeyPatch()
-    base = tmp_path_factory.mktemp("compare")
     home = base / "home"
     home.mkdir()
     mp.setenv("HERMES_HOME", str(home))
@@ -101,7 +100,8 @@ def recording(tmp_path_factory):
             (home / "config.yaml").write_text(
                 f"model:\n  default: {MODEL}\n  provider: custom\n  base_url: {llm.base_url}\n"
                 f"  context_length: {WINDOW}\n"
-                "compression:\n  protect_first_n: 1\n  protect_last_n: 2\n", encoding="utf-8")
+                "compression:\n  protect_first_n: 1\n  protect_last_n: 2\n"
+                f"  in_place: {'true' if in_place else 'false'}\n", encoding="utf-8")
             agent = host.ai_agent_class()(
                 base_url=llm.base_url, api_key="sk-fake", provider="custom", model=MODEL, quiet_mode=True,
                 skip_context_files=True, skip_memory=True, enabled_toolsets=[], max_iterations=4,
@@ -122,6 +122,16 @@ def recording(tmp_path_factory):
     live = [r for r in _rows(base / "live.sqlite") if r["hook"] == "compress" and r["event"] == "call"]
     assert len(live) >= 3 and all(r["outcome"] == "compressed" for r in live), live
     return {"home": home, "base": base, "live": live, "session": live_session}
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory):
+    return _record(tmp_path_factory.mktemp("compare"))
+
+
+def _shape(compressions) -> list:
+    return [(c["tokens_before"], c["tokens_after"], c["messages_before"], c["messages_after"])
+            for c in compressions]
 
 
 @pytest.fixture(scope="module")
@@ -173,11 +183,8 @@ def test_compare_replays_every_engine_and_reproduces_the_builtin(recording, comp
 
     builtin = conv["engines"]["compressor"]
     assert builtin["status"] == "ok" and not builtin["divergences"], builtin
-    live = [(r["tokens_before"], r["tokens_after"], r["messages_before"], r["messages_after"])
-            for r in recording["live"]]
-    replayed = [(c["tokens_before"], c["tokens_after"], c["messages_before"], c["messages_after"])
-                for c in builtin["compression_list"]]
-    assert replayed == live
+    live = _shape(recording["live"])
+    assert _shape(builtin["compression_list"]) == live
     assert builtin["compressions"] == len(live) and builtin["summary_failures"] == 0
     assert builtin["tokens_saved"] == sum(b - a for b, a, _, _ in live) > 0
     assert builtin["cache_prefix_lost_tokens"] > 0        # each compaction rewrote the prompt's prefix
@@ -236,6 +243,24 @@ def test_bad_input_is_one_clear_line(tmp_path, capsys):
     (empty / "state.db").write_text("not sqlite")
     assert main(["compare", "--engines", "compressor", "--hermes-home", str(empty)]) == 2
     assert "not a readable SQLite file" in capsys.readouterr().err
+
+
+def test_session_rotation_recording_replays_the_same(tmp_path):
+    """compression.in_place: false: each compaction ends the session and continues in a child."""
+    rec = _record(tmp_path, in_place=False)
+    [conv] = read_conversations(rec["home"] / "state.db", summary_body=host.compaction_summary_body)
+    assert len(conv.sessions) == len(rec["live"]) + 1 and conv.sessions[-1] == rec["session"]
+    assert [t["user"].split(":")[0] for t in conv.turns] == [f"Question {i + 1}" for i in range(TURNS)]
+    assert conv.compactions == len(rec["live"]) == len(conv.summaries)
+    mp = pytest.MonkeyPatch()
+    install_llm(mp)
+    try:
+        report = run_compare(hermes_home=str(rec["home"]), engines="compressor", usage="chars", progress=None)
+    finally:
+        mp.undo()
+    builtin = report["conversations"][0]["engines"]["compressor"]
+    assert builtin["status"] == "ok" and not builtin["divergences"], builtin
+    assert _shape(builtin["compression_list"]) == _shape(rec["live"])
 
 
 def _tool_call(call_id: str, name: str, arguments: dict) -> dict:

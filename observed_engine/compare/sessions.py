@@ -279,7 +279,13 @@ def _read(conn, session_ids, limit, summary_body, inline_tools) -> List[Conversa
         conv = Conversation(root, chain, sessions[root]["model"], sessions[root]["system_prompt"],
                             sessions[root]["started_at"])
         original: List[Dict[str, Any]] = []
+        started: set = set()
         for kind, item in _groups(active, is_summary):
+            sid = item["session_id"] if kind == "row" else item[0]["session_id"]
+            if sid not in started:
+                started.add(sid)
+                if kind == "set" and sid != root:    # the child's compacted set came as one set
+                    conv.__dict__.setdefault("_child_state", {})[sid] = "done"
             if kind == "row" and original and item["session_id"] != root and _child_prefix(
                     conv, item, original, summary_body):
                 continue
