@@ -263,6 +263,29 @@ def test_session_rotation_recording_replays_the_same(tmp_path):
     assert _shape(builtin["compression_list"]) == _shape(rec["live"])
 
 
+def test_summary_configured_uses_the_auxiliary_model_of_that_home(recording, tmp_path):
+    """--summary configured: the summaries come from auxiliary.compression of the Hermes home
+    (here a second local fake provider), not from the offline stand-in."""
+    import shutil
+
+    home = tmp_path / "home"
+    home.mkdir()
+    shutil.copy2(recording["home"] / "state.db", home / "state.db")
+    with FakeLLMServer(model="aux-model", context_length=WINDOW, reply_chars=200) as aux:
+        (home / "config.yaml").write_text(
+            f"model:\n  default: {MODEL}\n  context_length: {WINDOW}\n"
+            "compression:\n  protect_first_n: 1\n  protect_last_n: 2\n"
+            f"auxiliary:\n  compression:\n    provider: custom\n    model: aux-model\n"
+            f"    base_url: {aux.base_url}\n    api_key: sk-aux\n", encoding="utf-8")
+        report = run_compare(hermes_home=str(home), engines="compressor", summary="configured",
+                             usage="chars", progress=None)
+        summaries = len(aux.summary_requests)
+    builtin = report["conversations"][0]["engines"]["compressor"]
+    assert builtin["status"] == "ok", builtin
+    assert builtin["summary_calls"] is None and builtin["summary_failures"] == 0
+    assert summaries == builtin["compressions"] >= 1
+
+
 def _tool_call(call_id: str, name: str, arguments: dict) -> dict:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
 

@@ -57,7 +57,10 @@ def summarise_replay(raw: Dict[str, Any], context_length: int) -> Dict[str, Any]
         "engine_class": raw.get("engine_class"),
         "turns": raw.get("turns"), "turns_replayed": raw.get("turns_done"),
         "requests": len(requests),
-        "divergences": raw.get("divergences") or [],
+        "divergences": (raw.get("divergences") or []) + (
+            [f"{raw['summary_requests_to_replay_llm']} summary request(s) reached the replay LLM (no auxiliary "
+             f"compression model is configured, so the summary model is the main one): the replay answered them"]
+            if raw.get("summary_requests_to_replay_llm") else []),
         "compress_calls": len(calls),
         "compressions": len(compressed),
         "outcomes": outcomes,
