@@ -111,8 +111,8 @@ def track_blocked(w, mem, engine, row) -> None:
         ts = row["ts"]
         if reason == v.BLOCKED_SUMMARY_COOLDOWN:
             ended = cooldown_ended_at(engine, now)
-            if ended is not None:
-                ts = min(ts, time.time() - (now - ended))
+            if ended is not None:     # the engine's deadline, also when this event came before it
+                ts = time.time() - (now - ended)
         began = started.pop(reason)
         w.event_row(mem, {"ts": ts}, "compress", v.EVENT_COMPRESSION_BLOCKED, v.BLOCK_ENDED, reason,
                     max(ts - began, 0.0))
