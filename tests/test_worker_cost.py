@@ -119,3 +119,25 @@ def test_the_token_counter_is_made_half_way_to_the_threshold(monkeypatch):
     assert pipeline.flush(30)
     assert mem.tokens is not None and mem.tokens.method == "tiktoken:o200k_base"
     observed_engine.shutdown(5)
+
+
+SPANS_PY = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "observed_engine" / "worker" / "spans.py")
+
+
+def test_no_sdk_import_for_a_tracer_that_is_not_the_sdks():
+    import subprocess
+    import sys
+
+    # worker/spans.py loaded on its own: importing the package would import the pipeline's exporters
+    code = (
+        "import sys, importlib.util\n"
+        "from opentelemetry import trace\n"
+        f"spec = importlib.util.spec_from_file_location('spans_alone', {SPANS_PY!r})\n"
+        "module = importlib.util.module_from_spec(spec); spec.loader.exec_module(module)\n"
+        "DirectSpans = module.DirectSpans\n"
+        "d = DirectSpans(trace.get_tracer('x'))\n"
+        "assert not d._ready()\n"
+        "assert 'opentelemetry.sdk.trace' not in sys.modules, 'SDK imported'\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr

@@ -27,6 +27,8 @@ class DirectSpans:
         self._usable = False
         self._checked_processors: Optional[tuple] = None
         self._sdk = None
+        if not type(tracer).__module__.startswith("opentelemetry.sdk."):
+            return                      # not the SDK's tracer (and the SDK is not imported for it)
         try:
             from opentelemetry.sdk import trace as sdk_trace
             from opentelemetry.sdk.trace import export as sdk_export
