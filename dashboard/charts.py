@@ -333,7 +333,7 @@ def session_timeline(tl: pd.DataFrame, blocked: Sequence[tuple] = (), span_s: fl
     domain = known + others
     rng = [TIMELINE_COLORS[w] for w in known] + [palette[i % len(palette)] for i in range(len(others))]
     x = time_x(span_s)
-    y = {"field": "hook", "type": "nominal", "title": None, "axis": {"labelLimit": 320},
+    y = {"field": "hook", "type": "nominal", "title": None, "axis": {"labelLimit": 320, "labelOverlap": False},
          "sort": {"field": "t", "op": "min"}}
     layers = []
     datasets = {"rows": d}
@@ -360,5 +360,4 @@ def session_timeline(tl: pd.DataFrame, blocked: Sequence[tuple] = (), span_s: fl
                         {"field": "model", "type": "nominal", "title": "summary model"}],
         },
     })
-    n_hooks = max(1, d["hook"].nunique())
-    return _spec(height=max(120, 26 * n_hooks), layer=layers, datasets=datasets)
+    return _spec(height={"step": 24}, layer=layers, datasets=datasets)

@@ -30,7 +30,7 @@ from observed_engine.contract.promql import agg, eq, gauge, increase_sum, one_of
 
 from .prom_http import PrometheusHTTP
 from .sources import (
-    ALERT_COLUMNS, CAP_ALERTS, CONTENT_COLUMNS, HOOK_COMPRESS, INCIDENT_COLUMNS, INCIDENT_COUNT_COLUMNS,
+    ALERT_COLUMNS, BLOCKED_COLUMNS, CAP_ALERTS, CONTENT_COLUMNS, DECISION_COLUMNS, HOOK_COMPRESS, INCIDENT_COLUMNS, INCIDENT_COUNT_COLUMNS,
     SESSION_COLUMNS, TIMELINE_COLUMNS, Filters, SourceError, Status,
 )
 
@@ -215,6 +215,16 @@ class PrometheusSource:
 
     def incidents(self, f: Filters, limit: int) -> pd.DataFrame:  # noqa: ARG002
         return pd.DataFrame(columns=INCIDENT_COLUMNS)         # counters, not events
+
+    def decisions(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
+        sel, rng = self._sel(f), _dur(f.span)
+        checks = self._vec(increase_sum(_metric("compression_checks"), ["engine", "hook", "decision"], sel, rng), f,
+                           ["engine", "hook", "decision"])
+        dec = pd.DataFrame([(*k, int(round(v))) for k, v in sorted(checks.items()) if round(v) > 0],
+                           columns=DECISION_COLUMNS)
+        blocked = self._vec(gauge("sum", _metric("compression_blocked"), ["engine", "reason"], sel), f,
+                            ["engine", "reason"])
+        return dec, pd.DataFrame([(*k, int(v)) for k, v in sorted(blocked.items()) if v > 0], columns=BLOCKED_COLUMNS)
 
     def timeline(self, f: Filters, limit: int) -> pd.DataFrame:  # noqa: ARG002
         return pd.DataFrame(columns=TIMELINE_COLUMNS)         # session ids are never metric labels

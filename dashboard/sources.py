@@ -211,6 +211,12 @@ class Source(Protocol):
         """Active alerts: [alert, severity, state, engine, detail, since]."""
         ...
 
+    def decisions(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
+        """The compression checks' answers over the range: [engine, hook, decision, count]; and
+        automatic compression blocked at the range's end: [engine, reason, sessions] (the store:
+        sessions whose latest block row says started; Prometheus: the blocked gauge's sum)."""
+        ...
+
     def timeline(self, f: Filters, limit: int) -> pd.DataFrame:
         """Every row of the selected session in the range, oldest first: [TIMELINE_COLUMNS]
         (columns an older store lacks are NULL; empty without CAP_SESSIONS)."""
@@ -226,8 +232,11 @@ SESSION_COLUMNS = ["session", "engine", "last_ts", "ended"]
 INCIDENT_COLUMNS = ["ts", "session", "engine", "hook", "event", "kind", "reason", "duration_s", "content"]
 INCIDENT_COUNT_COLUMNS = ["engine", "hook", "event", "kind", "reason", "count"]
 CONTENT_COLUMNS = ["ts", "hook", "content"]
+DECISION_COLUMNS = ["engine", "hook", "decision", "count"]
+BLOCKED_COLUMNS = ["engine", "reason", "sessions"]
 TIMELINE_COLUMNS = ["ts", "engine", "hook", "event", "outcome", "reason", "decision", "checked_tokens",
                     "prompt_tokens", "threshold_tokens", "window_tokens", "tokens_before", "tokens_after",
-                    "messages_before", "messages_after", "duration_s", "summary_model", "input_tokens",
-                    "cache_read_tokens", "tokenizer"]
+                    "messages_before", "messages_after", "duration_s", "summary_model", "summary_input_tokens",
+                    "summary_output_tokens", "input_tokens", "cache_read_tokens", "cache_rewrite_tokens",
+                    "tokenizer"]
 ALERT_COLUMNS = ["alert", "severity", "state", "engine", "detail", "since"]

@@ -30,6 +30,7 @@ import pandas as pd
 from .sources import CAP_CONTENT, CAP_EVENTS, CAP_EXACT, CAP_SESSIONS, Filters, SourceError, Status
 from .sqlite import alerts as _alerts
 from .sqlite import compressions as _compressions
+from .sqlite import decisions as _decisions
 from .sqlite import incidents as _incidents
 from .sqlite import latency as _latency
 from .sqlite import selections as _selections
@@ -100,6 +101,9 @@ class SQLiteSource:
 
     def content(self, f: Filters, limit: int = 50) -> pd.DataFrame:
         return self._usage.content(f, limit)
+
+    def decisions(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
+        return _decisions.decisions(self.db, f)
 
     def timeline(self, f: Filters, limit: int = _timeline.TIMELINE_LIMIT) -> pd.DataFrame:
         return _timeline.timeline(self.db, f, limit)

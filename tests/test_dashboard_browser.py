@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from support.real_feeds import copy_store  # noqa: E402
 from support.servers import ServerProcess  # noqa: E402
 import test_dashboard_apptest as apptest  # noqa: E402
-from test_dashboard_apptest import drawn_sessions, pct0, write_store  # noqa: E402
+from test_dashboard_apptest import drawn_sessions, open_sessions, pct0, write_store  # noqa: E402
 from test_dashboard_markdown import PAYLOAD, payload_rows  # noqa: E402
 
 # the swappable feeds, shared with the AppTest module (fixtures: one of each per module)
@@ -138,7 +138,7 @@ def test_dashboard_in_chromium(server, page, fed):
                  "HermesContextCompressionTimeout", "HermesContextEngineFailOpen", "prompt tokens",
                  "compression threshold", "context window", "SQLite store"):
         assert text in body, text
-    assert _kpi(page, "Active sessions") == str(len(fed.sessions))
+    assert _kpi(page, "Active sessions") == str(len(open_sessions(fed.path, fed.sessions)))
     assert _kpi(page, "Compression timeouts") == str(fed.timeouts)
     assert _kpi(page, "Fail-opens") == str(fed.fail_opens)
     assert _kpi(page, "Highest context usage") == pct0(fed.highest_usage()[1])

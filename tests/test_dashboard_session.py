@@ -20,6 +20,7 @@ from test_dashboard_apptest import app, chart_specs, frame_with, metrics, run_ok
 
 SESSION = "sess-A *bold* [x](http://example.invalid) `tick`"      # markup that must stay text
 OPEN_SESSION = "sess-B"
+BLOCKED_SESSION = "sess-C"          # blocked, still
 TAB = "Session timeline"
 
 
@@ -47,7 +48,8 @@ def session_rows(t0: float) -> list:
         _r(t0 + 6, "should_compress", outcome="ok", checked_tokens=58_000, decision=v.DECISION_COMPRESS,
            reason=v.DECISION_AT_THRESHOLD, duration_s=0.0001),
         _r(t0 + 7, "compress", outcome=v.COMPRESSED, tokens_before=57_000, tokens_after=20_000,
-           messages_before=40, messages_after=8, duration_s=1.25, summary_model="demo-model"),
+           messages_before=40, messages_after=8, duration_s=1.25, summary_model="demo-model",
+           summary_input_tokens=37_000, summary_output_tokens=900),
         _r(t0 + 8, "compress", event=v.EVENT_SUMMARY_FAILURE, outcome=v.ABORTED, reason="auth"),
         _r(t0 + 8.5, "compress", event=v.EVENT_COMPRESSION_BLOCKED, outcome=v.BLOCK_STARTED,
            reason=v.BLOCKED_SUMMARY_COOLDOWN),
@@ -64,6 +66,8 @@ def session_rows(t0: float) -> list:
         _r(t0 + 14, "on_session_end", outcome="ok", duration_s=0.0001),
         _r(t0 + 5, "update_from_response", session=OPEN_SESSION, outcome="ok", prompt_tokens=1000,
            threshold_tokens=th, window_tokens=w, duration_s=0.0002),
+        _r(t0 + 6, "compress", session=BLOCKED_SESSION, event=v.EVENT_COMPRESSION_BLOCKED, outcome=v.BLOCK_STARTED,
+           reason=v.BLOCKED_SUMMARY_COOLDOWN),
     ]
 
 
@@ -118,7 +122,9 @@ def test_timeline_of_one_session_by_link(monkeypatch, store):
     checks = table[table["hook"] == "should_compress"]
     assert list(checks["tokens"]) == [30_000, 58_000, 70_000]
     assert list(checks["reason"]) == [v.DECISION_BELOW_THRESHOLD, v.DECISION_AT_THRESHOLD, v.BLOCKED_SUMMARY_COOLDOWN]
-    assert table[table["hook"] == "update_from_response"]["cache read"].iloc[0] == 27_000
+    first = table[table["hook"] == "update_from_response"].iloc[0]
+    assert first["cache read"] == 27_000 and first["cache hit"] == pytest.approx(0.9)
+    assert (comp["summary tokens in"], comp["summary tokens out"]) == (37_000, 900)
     # the blocked period: its own table and a shaded band on the chart
     blocked = frame_with(at, "blocked from")
     assert list(blocked["reason"]) == [v.BLOCKED_SUMMARY_COOLDOWN] and not blocked["still blocked"].iloc[0]
@@ -161,9 +167,9 @@ def test_timeline_on_a_store_without_the_new_columns(monkeypatch, tmp_path):
 def test_active_sessions_are_the_ones_not_ended(monkeypatch, store):
     at = run_ok(app(monkeypatch, store=store))
     m = metrics(at)
-    assert m["Active sessions"] == "1"                       # sess-A ended, sess-B did not
+    assert m["Active sessions"] == "2"                       # sess-A ended, sess-B and sess-C did not
     help_ = next(x for x in at.metric if x.label == "Active sessions").help
-    assert "1 of the 2" in help_
+    assert "1 of the 3" in help_
     highest = next(x for x in at.metric if x.label == "Highest context usage")
     assert highest.value == "150%" and "outgrew" in highest.help
 
@@ -214,3 +220,20 @@ def test_empty_state_names_the_demo_store(monkeypatch, tmp_path):
     at = run_ok(app(monkeypatch, store=tmp_path / "nothing.sqlite"))
     shown = texts(at)
     assert str(demo_store_path(home)) in shown and "--store" in shown
+
+
+def test_compression_decisions_and_the_blocked_state(monkeypatch, store):
+    at = show(run_ok(app(monkeypatch, store=store)), "Compressions")
+    dec = frame_with(at, "estimate")
+    by_hook = {r.hook: r for r in dec.itertuples()}
+    assert (by_hook["should_compress"].compress, by_hook["should_compress"].skip) == (1, 2)
+    assert by_hook["should_defer_preflight_to_real_usage"].estimate == 1
+    shown = texts(at)
+    assert "Automatic compression is blocked now" in shown and "summary_cooldown (1 session)" in shown
+
+
+def test_decisions_on_a_store_without_the_new_columns(monkeypatch, tmp_path):
+    path = old_store(tmp_path / "old.sqlite", session_rows(time.time() - 300))
+    at = show(run_ok(app(monkeypatch, store=path)), "Compressions")
+    assert "Compression decisions" not in texts(at)
+    assert "Automatic compression is blocked now" not in texts(at)

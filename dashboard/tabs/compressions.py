@@ -10,7 +10,7 @@ from observed_engine.contract import vocabulary as vocab
 
 from .. import charts
 from ..context import Ctx, chart, note_skipped
-from ..format import fmt_int, fmt_pct, fmt_seconds, numeric
+from ..format import fmt_int, fmt_pct, fmt_seconds, literal, numeric, plural
 
 TITLE = "Compressions"
 KIND_HELP = {
@@ -48,9 +48,34 @@ def summary_failure_note(by_kind: dict, by_cause: dict, approx: str = "") -> str
             f"these calls by what happened to the message list (a fallback reads `{vocab.COMPRESSED}`).")
 
 
+def render_decisions(ctx: Ctx) -> None:
+    """Why compression did or did not happen: the checks' answers, and what is blocked now."""
+    dec, blocked = ctx.q("decisions")
+    if blocked is not None and not blocked.empty:
+        parts = ", ".join(f"{literal(r.engine)} {literal(r.reason)}"
+                          + (f" ({plural(int(r.sessions), 'session')})" if ctx.exact else "")
+                          for r in blocked.itertuples())
+        st.error(f"**Automatic compression is blocked now:** {parts}. The engine will not compress until the "
+                 "block ends (a summary-failure cooldown ends by time); the prompt can outgrow the window meanwhile.")
+    if dec is None or dec.empty:
+        return
+    st.markdown("##### Compression decisions")
+    wide = dec.pivot_table(index=["engine", "hook"], columns="decision", values="count", aggfunc="sum",
+                           fill_value=0).reset_index()
+    for d in vocab.DECISIONS:
+        if d not in wide:
+            wide[d] = 0
+    st.dataframe(wide[["engine", "hook", *vocab.DECISIONS]], hide_index=True, width="stretch")
+    st.caption(f"What the engine answered when the host asked: `{vocab.DECISION_COMPRESS}` / "
+               f"`{vocab.DECISION_SKIP}` (should_compress*), `{vocab.DECISION_DEFER}` (wait for the real usage) / "
+               f"`{vocab.DECISION_ESTIMATE}` (go on with the host's estimate). Each check's tokens, threshold and "
+               "reason are in the session timeline" + ("." if ctx.exact else "; counts from increase()."))
+
+
 def render(ctx: Ctx) -> None:
     summary, series = ctx.q("compressions")
     note_skipped(summary)
+    render_decisions(ctx)
     if summary.empty:
         st.info("No compress() calls in this range.")
         return

@@ -82,7 +82,11 @@ def table(tl: pd.DataFrame) -> pd.DataFrame:
         "messages after": num("messages_after").astype("Int64").to_numpy(),
         "ms": (num("duration_s") * 1000.0).to_numpy(),
         "summary model": tl["summary_model"],
+        "summary tokens in": num("summary_input_tokens").astype("Int64").to_numpy(),
+        "summary tokens out": num("summary_output_tokens").astype("Int64").to_numpy(),
         "cache read": num("cache_read_tokens").astype("Int64").to_numpy(),
+        "cache hit": (num("cache_read_tokens") / num("prompt_tokens").where(num("prompt_tokens") > 0)).to_numpy(),
+        "cache rewrite": num("cache_rewrite_tokens").astype("Int64").to_numpy(),
     })
 
 
@@ -150,4 +154,6 @@ def render(ctx: Ctx) -> None:
         "time": st.column_config.DatetimeColumn(format="YYYY-MM-DD HH:mm:ss.SSS"),
         "ms": num(format="%.2f"), "tokens": num(format="localized"), "threshold": num(format="localized"),
         "tokens before": num(format="localized"), "tokens after": num(format="localized"),
-        "cache read": num(format="localized")})
+        "cache read": num(format="localized"), "cache hit": num(format="percent"),
+        "summary tokens in": num(format="localized"), "summary tokens out": num(format="localized"),
+        "cache rewrite": num(format="localized")})

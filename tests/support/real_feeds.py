@@ -437,7 +437,7 @@ def store_facts(path: Path) -> StoreFacts:
             if ev == "summary_failure":
                 by = summary.setdefault(e, {})
                 by[(out, r["reason"])] = by.get((out, r["reason"]), 0) + 1
-            if r["session"] is not None:
+            if r["session"] is not None and ev != "compression_blocked":     # a state change, not a mark
                 mark = out if ev == "call" else ("timeout" if ev == "deadline_exceeded" else incident_event(r))
                 marks.setdefault(r["session"], []).append(
                     {"ts": r["ts"], "outcome": mark, "tokens_before": r["tokens_before"],
