@@ -783,6 +783,10 @@ def test_helper_that_cannot_load_falls_back_in_process(tmp_path, fresh_shared, m
 
 
 def test_helper_can_be_switched_off(monkeypatch, fresh_shared):
+    with monkeypatch.context() as m:
+        m.setattr(sys, "frozen", True, raising=False)     # e.g. PyInstaller: sys.executable is the app
+        assert not helper_module.enabled()
+    assert helper_module.enabled()
     monkeypatch.setenv("OBSERVED_TOKENIZER_PROCESS", "0")
     assert not helper_module.enabled()
     tc = counter_for("auto", "gpt-4o")

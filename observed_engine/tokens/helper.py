@@ -13,7 +13,8 @@ It is started only when tiktoken counting is needed, one per encoding per proces
 its standard input closes (this process closed it, exited or died). A helper that cannot start,
 says ``ERR``, dies or does not answer within :data:`TIMEOUT_S` raises :class:`HelperFailed`; the
 counter then loads the encoding in this process as before (see ``counter.py``).
-``OBSERVED_TOKENIZER_PROCESS=0`` keeps every encoding in-process.
+``OBSERVED_TOKENIZER_PROCESS=0`` keeps every encoding in-process, as do a non-POSIX system and a
+frozen application (whose ``sys.executable`` is not a plain Python).
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ def enabled() -> bool:
     """Whether encodings are loaded in a helper process (``OBSERVED_TOKENIZER_PROCESS=0``: no)."""
     if os.environ.get("OBSERVED_TOKENIZER_PROCESS", "1").strip().lower() in ("0", "false", "no", "off"):
         return False
+    if os.name != "posix" or getattr(sys, "frozen", False):
+        return False     # select() on pipes is POSIX; a frozen app's executable is not a plain python
     return bool(sys.executable) and os.path.isfile(sys.executable) and os.path.isfile(_SCRIPT)
 
 
