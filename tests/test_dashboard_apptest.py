@@ -1007,7 +1007,7 @@ def _check_prometheus_client_views(at) -> None:
 @pytest.mark.prometheus
 def test_store_with_prometheus_alerts(monkeypatch, filled_store, facts, prometheus):
     at = run_ok(app(monkeypatch, store=filled_store, prometheus=prometheus))
-    assert metrics(at)["Active sessions"] == str(len(facts.sessions))   # the store is the source ...
+    assert metrics(at)["Active sessions"] == str(len(open_sessions(filled_store, facts.sessions)))  # the store ...
     assert "HermesContextEngineFailOpen" in banner(at) and "HermesContextCompressionTimeout" in banner(at)
     show(at, "Alerts & incidents")
     alerts = frame_with(at, "alert")

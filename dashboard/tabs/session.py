@@ -17,6 +17,7 @@ from .. import charts
 from ..context import Ctx, chart, note_skipped
 from ..format import SESSION_LINK_TEXT, fmt_int, fmt_seconds, literal, plural, session_href, to_dt
 from ..sources import CAP_SESSIONS, HOOK_COMPRESS, HOOK_SESSION_END
+from .usage import TOKEN_NOTE
 
 TITLE = "Session timeline"
 LIMIT = 5000
@@ -142,6 +143,7 @@ def render(ctx: Ctx) -> None:
                "automatic compression blocked (the engine's own state, e.g. the cooldown after a summary "
                "failure). Tokens: what a check was asked about (`checked_tokens`), else the prompt tokens "
                "after the call.")
+    st.caption(TOKEN_NOTE)
     if periods:
         st.dataframe(pd.DataFrame({
             "blocked from": to_dt([p[0] for p in periods]).to_numpy(),

@@ -20,7 +20,9 @@ TOKEN_NOTE = (
     "compression count the message contents only, with the store's tokenizer (tiktoken o200k_base, or an "
     "estimate; column `tokenizer`): no system prompt, tool schemas or per-message overhead. Hermes' own lines "
     "(\"Preflight compression: ~59,294 tokens >= 54,400 threshold\") print its rough whole-request estimate "
-    "(characters / 4 of messages, system prompt and tools), so its number differs from both.")
+    "(characters / 4 of messages, system prompt and tools), so its number differs from both; that estimate (or "
+    "the last real usage) is what the host passes to the compression checks, shown as their tokens "
+    "(`checked_tokens`) in the session timeline.")
 
 
 def render(ctx: Ctx) -> None:
