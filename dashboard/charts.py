@@ -361,3 +361,32 @@ def session_timeline(tl: pd.DataFrame, blocked: Sequence[tuple] = (), span_s: fl
         },
     })
     return _spec(height={"step": 24}, layer=layers, datasets=datasets)
+
+
+def cache_hit_ratio(points: pd.DataFrame, marks: pd.DataFrame, span_s: float = 3600.0, height: int = 160) -> dict:
+    """The prompt-cache hit ratio of each response (``points``: ts, ratio) with the compactions
+    marked (``marks``: ts, outcome, rewrite: the tokens the next requests wrote into the cache again)."""
+    x = time_x(span_s)
+    p = pd.DataFrame({"t": _ms(points["ts"]).to_numpy(),
+                      "ratio": pd.to_numeric(points["ratio"], errors="coerce").to_numpy()})
+    layers = [{"data": {"name": "ratio"},
+               "mark": {"type": "line", "interpolate": "step-after", "strokeWidth": 2, "color": "#0f766e",
+                        "point": {"size": 30, "filled": True, "color": "#0f766e"}},
+               "encoding": {"x": x, "y": {"field": "ratio", "type": "quantitative", "title": "cache hit",
+                                          "axis": {"format": "%"}, "scale": {"domain": [0, 1]}},
+                            "tooltip": [{"field": "t", "type": "temporal", "format": "%H:%M:%S", "title": "time"},
+                                        {"field": "ratio", "type": "quantitative", "format": ".1%",
+                                         "title": "cache read / prompt"}]}}]
+    datasets = {"ratio": p}
+    if marks is not None and not marks.empty:
+        datasets["marks"] = pd.DataFrame({
+            "t": _ms(marks["ts"]).to_numpy(), "o": marks["outcome"].astype(str).to_numpy(),
+            "rewrite": pd.to_numeric(marks["rewrite"], errors="coerce").to_numpy()})
+        layers.append({"data": {"name": "marks"}, "mark": {"type": "rule", "strokeDash": [2, 3], "strokeWidth": 2},
+                       "encoding": {"x": x, "color": {"field": "o", "type": "nominal", "legend": None,
+                                                      "scale": _scale(OUTCOME_COLORS, vocab.COMPRESS_OUTCOMES)},
+                                    "tooltip": [{"field": "t", "type": "temporal", "format": "%H:%M:%S"},
+                                                {"field": "o", "type": "nominal", "title": "compress()"},
+                                                {"field": "rewrite", "type": "quantitative", "format": ",.0f",
+                                                 "title": "cache tokens written again"}]}})
+    return _spec(height=height, layer=layers, datasets=datasets)

@@ -161,14 +161,18 @@ def _span(range_label, custom, status, now):
     return fitted(preset, status, now), None
 
 
+FITTED_SPANS = (300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400, 172800, 604800, 1209600)
+
+
 def fitted(span: float, status, now: float) -> float:
     """A preset range fitted to the data: a store younger than the range is drawn from its first
     row (plus a margin), not as a sliver at the right edge of a "last 6 hours" chart."""
     first = getattr(status, "first_ts", None)
     if not isinstance(first, (int, float)) or first <= now - span:
         return span
-    age = max(0.0, now - float(first))
-    return min(span, max(60.0, age * 1.1 + 30.0))
+    need = max(0.0, now - float(first)) * 1.1 + 30.0
+    # a round width (stable from one refresh to the next, so cached queries and rates stay put)
+    return min(span, next((w for w in FITTED_SPANS if w >= need), span))
 
 
 def main_panel(cfg: dict) -> None:
@@ -196,7 +200,7 @@ def main_panel(cfg: dict) -> None:
         source_txt += f" · {plural(status.skipped, 'row')} without a numeric time skipped"
     range_txt = cfg["range_label"].lower()
     if cfg["range_label"] in RANGE_PRESETS and span < RANGE_PRESETS[cfg["range_label"]]:
-        range_txt += f" (the data begins {_ago(now - status.first_ts)} ago: drawn from there)"
+        range_txt += (f" (the data begins {_ago(now - status.first_ts)} ago: the last {_ago(span)} are drawn)")
     st.caption(f"{source_txt} · {range_txt} · updated {datetime.now():%H:%M:%S}"
                + (f", live every {cfg['refresh']:g} s" if cfg["live"] else ", paused"))
     if cfg["session"]:

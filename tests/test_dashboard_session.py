@@ -49,14 +49,14 @@ def session_rows(t0: float) -> list:
            reason=v.DECISION_AT_THRESHOLD, duration_s=0.0001),
         _r(t0 + 7, "compress", outcome=v.COMPRESSED, tokens_before=57_000, tokens_after=20_000,
            messages_before=40, messages_after=8, duration_s=1.25, summary_model="demo-model",
-           summary_input_tokens=37_000, summary_output_tokens=900),
+           summary_input_tokens=37_000, summary_output_tokens=900, cache_rewrite_tokens=12_000),
         _r(t0 + 8, "compress", event=v.EVENT_SUMMARY_FAILURE, outcome=v.ABORTED, reason="auth"),
         _r(t0 + 8.5, "compress", event=v.EVENT_COMPRESSION_BLOCKED, outcome=v.BLOCK_STARTED,
            reason=v.BLOCKED_SUMMARY_COOLDOWN),
         _r(t0 + 9, "should_compress", outcome="ok", checked_tokens=70_000, decision=v.DECISION_SKIP,
            reason=v.BLOCKED_SUMMARY_COOLDOWN, duration_s=0.0001),
         _r(t0 + 10, "update_from_response", outcome="ok", prompt_tokens=96_000, threshold_tokens=th,
-           window_tokens=w, duration_s=0.0002),
+           window_tokens=w, cache_read_tokens=24_000, duration_s=0.0002),
         _r(t0 + 11, "compress", event=v.EVENT_COMPRESSION_BLOCKED, outcome=v.BLOCK_ENDED,
            reason=v.BLOCKED_SUMMARY_COOLDOWN),
         _r(t0 + 12, "compress", event=v.DEADLINE_EXCEEDED, outcome=v.TIMEOUT, reason=v.DEADLINE_EXCEEDED,
@@ -237,3 +237,13 @@ def test_decisions_on_a_store_without_the_new_columns(monkeypatch, tmp_path):
     at = show(run_ok(app(monkeypatch, store=path)), "Compressions")
     assert "Compression decisions" not in texts(at)
     assert "Automatic compression is blocked now" not in texts(at)
+
+
+def test_cache_hit_ratio_of_the_focused_session(monkeypatch, store):
+    at = app(monkeypatch, store=store)
+    at.query_params["session"] = SESSION
+    run_ok(at)                                               # the first tab: Context usage
+    names = [[lay.get("data", {}).get("name") for lay in s.get("layer", [])] for s in chart_specs(at)]
+    assert ["ratio", "marks"] in names, names
+    shown = texts(at)
+    assert "Prompt-cache hit ratio" in shown and "12.0k tokens were written into the cache again" in shown

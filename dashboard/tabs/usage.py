@@ -11,7 +11,7 @@ from observed_engine.contract import vocabulary as vocab
 from .. import charts
 from ..context import Ctx, chart, note_skipped
 from ..format import SESSION_LINK_TEXT, fmt_tokens, literal, plural, session_href, to_dt
-from ..sources import CAP_CONTENT, CAP_SESSIONS
+from ..sources import CAP_CONTENT, CAP_SESSIONS, HOOK_COMPRESS, HOOK_UPDATE
 
 TITLE = "Context usage"
 TOKEN_NOTE = (
@@ -89,7 +89,29 @@ def render(ctx: Ctx) -> None:
         _session_details(ctx, marks)
 
 
+def _cache_hits(ctx: Ctx) -> None:
+    """The focused session's prompt-cache hit ratio per response, compactions marked."""
+    tl = ctx.q("timeline", 5000)
+    if tl is None or tl.empty:
+        return
+    num = lambda c: pd.to_numeric(tl[c], errors="coerce")  # noqa: E731
+    upd = tl[(tl["hook"] == HOOK_UPDATE) & (tl["event"] == vocab.EVENT_CALL) & num("prompt_tokens").gt(0)
+             & num("cache_read_tokens").notna()]
+    if upd.empty:
+        return
+    points = pd.DataFrame({"ts": upd["ts"], "ratio": num("cache_read_tokens")[upd.index] / num("prompt_tokens")[upd.index]})
+    comp = tl[(tl["hook"] == HOOK_COMPRESS) & (tl["event"] == vocab.EVENT_CALL)]
+    marks = pd.DataFrame({"ts": comp["ts"], "outcome": comp["outcome"], "rewrite": num("cache_rewrite_tokens")[comp.index]})
+    st.markdown("##### Prompt-cache hit ratio")
+    chart(charts.cache_hit_ratio(points, marks, span_s=ctx.f.span))
+    rewrite = marks["rewrite"].sum(min_count=1)
+    st.caption("cache_read_tokens / prompt_tokens of each response, as the host passed its usage; the dashed rules "
+               "are this session's compress() calls" + (f"; {fmt_tokens(rewrite)} tokens were written into the "
+                                                        "cache again after them." if rewrite == rewrite else "."))
+
+
 def _session_details(ctx: Ctx, marks: pd.DataFrame) -> None:
+    _cache_hits(ctx)
     if marks is not None and not marks.empty:
         st.markdown("##### Compressions of this session")
         t = marks.sort_values("ts", ascending=False)
