@@ -160,8 +160,9 @@ def test_blocked_thrash_and_dead_zone_alerts_reach_the_webhook(tmp_path, webhook
     value = prom.scalar
     assert wait_until(lambda: value(f'hermes_context_compression_blocked{{instance="{instance["blocked"]}",'
                                     f'reason="summary_cooldown"}}') == 1, 30, 0.25), diagnostics()
-    assert value(f'hermes_context_compression_blocked{{instance="{instance["blocked_roomy"]}",'
-                 f'reason="summary_cooldown"}}') == 1
+    # (each target is scraped on its own schedule: wait for this one too)
+    assert wait_until(lambda: value(f'hermes_context_compression_blocked{{instance="{instance["blocked_roomy"]}",'
+                                    f'reason="summary_cooldown"}}') == 1, 30, 0.25), diagnostics()
     assert value(f'sum(hermes_context_compression_blocked{{instance="{instance["full"]}"}})') == 0
 
     # -- fire: Blocked, Thrash x2, DeadZone
