@@ -15,6 +15,7 @@ engine's own attributes.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 from pathlib import Path
 from typing import Any, Dict, Optional, Tuple
@@ -52,9 +53,12 @@ class SummaryUsage:
         self.session: Optional[str] = None
         self.baseline: Totals = {}
         self._conn: Optional[sqlite3.Connection] = None
+        self._pid = os.getpid()
 
     def _totals(self, session: str) -> Optional[Totals]:
         try:
+            if self._pid != os.getpid():     # a forked child: SQLite connections do not cross a fork
+                self._conn, self._pid = None, os.getpid()
             if self._conn is None:
                 if not Path(self.path).exists():
                     return None
