@@ -873,3 +873,13 @@ def test_helper_keeps_the_parsed_ranks_and_counts_the_same_from_them(tmp_path, s
     ranks.write_bytes(written[:-1000] + b"\0" * 1000)     # damaged: ignored, parsed again, rewritten
     assert helper_counts() == expected
     assert ranks.read_bytes() == written
+
+
+def test_later_counters_reuse_the_running_helper_without_rechecking_files(helper_counter, monkeypatch):
+    checks = []
+    real = provisioning.prepare_offline
+    monkeypatch.setattr(provisioning, "prepare_offline", lambda name: checks.append(name) or real(name))
+    monkeypatch.setattr(counter_module, "_SHARED", {})
+    again = counter_for("auto", "claude-3")
+    assert again._state.encoder is helper_counter._state.encoder
+    assert checks == []      # each engine used to read and hash the 3.6 MB encoding file again

@@ -130,6 +130,9 @@ def _open_encoding(name: str, helper: bool) -> Any:
         if local is not None:
             return local
         if helper_process.enabled():
+            helper = helper_process.running(name)
+            if helper is not None:
+                return helper       # files already checked for it: not read and hashed again per engine
             cache_dir = provisioning.prepare_offline(name)
             try:
                 return helper_process.helper_for(name, cache_dir)

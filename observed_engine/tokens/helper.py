@@ -31,7 +31,7 @@ from typing import Dict, List
 
 logger = logging.getLogger("observed_engine.tokens")
 
-__all__ = ["HelperEncoder", "HelperFailed", "enabled", "helper_for"]
+__all__ = ["HelperEncoder", "HelperFailed", "enabled", "helper_for", "running"]
 
 _SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_helper_main.py")
 TIMEOUT_S = 60.0          # for the helper to load its encoding, and for any one reply
@@ -166,6 +166,12 @@ class HelperEncoder:
                 stream.close()
             except Exception:
                 pass
+
+
+def running(name: str) -> "HelperEncoder | None":
+    """The process's helper for ``name`` if one was started and has not failed."""
+    helper = _HELPERS.get(name)
+    return helper if helper is not None and helper._failed is None else None
 
 
 def helper_for(name: str, cache_dir: str) -> HelperEncoder:
