@@ -829,13 +829,9 @@ def test_helper_in_a_forked_child_is_the_childs_own(helper_counter):
     pid = os.fork()
     if pid == 0:  # pragma: no cover - the child
         try:
-            from observed_engine.tokens import counter as c
-
-            c._SHARED.clear()
-            c.provisioning._LOADED.clear()
-            child = c.counter_for("auto", "gpt-4o")
-            n = child.count_text(KNOWN_TEXT + " fork")
-            own = child._state.encoder is not parent_helper and type(child._state.encoder) is type(parent_helper)
+            # the same shared counter, as a forked worker's engines keep it
+            n = tc.count_text(KNOWN_TEXT + " fork")
+            own = tc._state.encoder is not parent_helper and type(tc._state.encoder) is type(parent_helper)
             os.write(write, f"{n} {own}".encode())
         finally:
             os._exit(0)

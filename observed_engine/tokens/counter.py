@@ -335,6 +335,16 @@ class TokenCounter:
             current = self._state
             if current is not state and current.encoder is not state.encoder:
                 return current          # another thread already replaced it
+            if getattr(exc, "inherited", False):
+                # a forked child: the helper is the parent's; the child starts its own
+                try:
+                    encoder = _open_encoding(state.encoding_name, True)
+                    replacement = _State(state.encoding_name, encoder, state.cache)
+                    if self._state is current:
+                        self._state = replacement
+                    return replacement
+                except Exception:
+                    pass
             logger.warning("observed-engine: the token-counting helper process failed (%s: %s); "
                            "loading %s in this process", type(exc).__name__, exc, state.encoding_name)
             try:

@@ -42,7 +42,10 @@ _HELPERS: Dict[str, "HelperEncoder"] = {}
 
 
 class HelperFailed(RuntimeError):
-    """The helper process cannot count (did not start, failed to load, died, timed out)."""
+    """The helper process cannot count (did not start, failed to load, died, timed out).
+    ``inherited``: it is the parent's, seen in a forked child (which starts one of its own)."""
+
+    inherited = False
 
 
 def enabled() -> bool:
@@ -71,6 +74,7 @@ class HelperEncoder:
         env["TIKTOKEN_CACHE_DIR"] = cache_dir
         self._lock = threading.Lock()
         self._failed: str | None = None
+        self._inherited = False
         self._ready = False
         self._proc = subprocess.Popen(
             [sys.executable, "-I", "-S", _SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -127,13 +131,18 @@ class HelperEncoder:
         self.close()
         raise HelperFailed(reason)
 
+    def _raise_failed(self) -> None:
+        error = HelperFailed(self._failed)
+        error.inherited = self._inherited
+        raise error
+
     # -- counting --------------------------------------------------------------------
 
     def count_batch(self, texts: List[str]) -> List[int]:
         """``len(encoding.encode(text, disallowed_special=()))`` for each text, in order."""
         with self._lock:
             if self._failed is not None:
-                raise HelperFailed(self._failed)
+                self._raise_failed()
             self._wait_ready()
             if not texts:
                 return []
@@ -161,6 +170,7 @@ class HelperEncoder:
     def _forget_in_child(self) -> None:
         """In a forked child: drop this process's copies of the pipes (the helper is the parent's)."""
         self._failed = "inherited from the parent process"
+        self._inherited = True
         for stream in (self._proc.stdin, self._proc.stdout):
             try:
                 stream.close()
