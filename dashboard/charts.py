@@ -310,7 +310,10 @@ def latency_dots(df: pd.DataFrame, color_by: Optional[str] = None, order: Option
 TIMELINE_COLORS = {
     vocab.COMPRESSED: "#2e9d5b", vocab.NOOP: "#9aa5b1", vocab.CALL_ERROR: "#d64545", vocab.TIMEOUT: "#f0a030",
     vocab.FAIL_OPEN: "#d64545", vocab.DECISION_COMPRESS: "#e8833a", vocab.DECISION_SKIP: "#8fb8f5",
-    vocab.DECISION_DEFER: "#8e44ad", vocab.DECISION_ESTIMATE: "#5b8def",
+    vocab.DECISION_DEFER: "#0f766e", vocab.DECISION_ESTIMATE: "#5b8def", vocab.CALL_OK: "#6b7280",
+    f"blocked {vocab.BLOCK_STARTED}": "#7f1d1d", f"blocked {vocab.BLOCK_ENDED}": "#fca5a5",
+    f"summary {vocab.ABORTED}": SUMMARY_FAILURE_COLOR, f"summary {vocab.FALLBACK_SUMMARY}": "#c084fc",
+    vocab.LATE_COMPLETION: "#b45309",
 }
 
 
