@@ -363,6 +363,9 @@ class Traffic:
             agent.context_compressor = engine
             engine.update_model(model=agent.model, context_length=self.llm.context_length, base_url=agent.base_url,
                                 api_key="sk-demo", provider=agent.provider, api_mode=agent.api_mode)
+            bind = getattr(engine, "bind_session_state", None)      # as the host's agent init does
+            if callable(bind):
+                bind(session_db=getattr(agent, "_session_db", None), session_id=session_id)
             self._routed[session_id] = engine
         while len(self.agents) <= worker:
             self.agents.append(None)

@@ -104,6 +104,9 @@ def test_demo_fills_the_store(demo_run):
     failures = [r for r in rows if r["event"] == "summary_failure"]
     assert {r["reason"] for r in failures} <= {"auth", "network", "other"}
     assert re.search(r"summaries +\d+ \([1-9]\d* failed\)", out), out[-500:]
+    # every hook call of a session carries its id (the router too: bound like the host binds its engine)
+    assert not [r for r in rows if r["session"] is None and r["hook"] not in ("update_model",)
+                and r["event"] == "call"], "hook calls without a session id"
     # no message text without capture_content, and nothing written into the operator's Hermes home
     assert all(r["content"] is None for r in rows)
     assert not (tmp_path / "home" / "observed" / "telemetry.sqlite").exists()
