@@ -98,6 +98,8 @@ def fresh_registry(monkeypatch):
     monkeypatch.setattr(provisioning, "_LOADED", {})
     monkeypatch.setattr(counter_module, "_warned", False)
     monkeypatch.setattr(counter_module, "_SHARED", {})
+    # nor an encoding helper process started by an earlier test (it holds the encoding it loaded)
+    monkeypatch.setattr(helper_module, "_HELPERS", {})
 
 
 @pytest.fixture
