@@ -54,12 +54,39 @@ def _text(rng: random.Random, n_words: int) -> str:
 
 # -- the second engine ------------------------------------------------------------------
 
+class TopicSelection:
+    """``select_context`` of both demo routers: per-request retrieval by the topic tag of the
+    incoming message; now and then garbage (the host falls open)."""
+
+    def _init_selection(self, garbage_rate: float) -> None:
+        self.garbage_rate = garbage_rate
+        self._selection: Optional[list] = None
+        self._topic: Optional[str] = None
+        self._rng = random.Random(7)
+
+    def select_context(self, request_messages, *, conversation_messages=None,  # noqa: ARG002
+                       incoming_message=None, budget_tokens=0):  # noqa: ARG002 (head's call)
+        roll = self._rng.random()
+        if roll < self.garbage_rate:
+            return {"oops": "not a list"}          # the host falls open
+        text = str((incoming_message or {}).get("content", "")) if isinstance(incoming_message, dict) else ""
+        topic = next((t for t in TOPICS if text.startswith(f"[{t}]")), None)   # the tag only
+        if topic is None:
+            return None                             # leave the request unchanged
+        if topic == self._topic and self._selection is not None:
+            return self._selection                  # same selection: cache-friendly
+        self._topic = topic
+        picked = [m for m in request_messages if topic in str(m.get("content", ""))][-12:]
+        self._selection = request_messages[:1] + picked + request_messages[-1:]
+        return self._selection
+
+
 def make_topic_router(context_length: int = 128_000):
     """The router: Hermes' built-in compressor (its real summarising ``compress``) under another
     name, plus ``select_context`` (per-request retrieval by topic)."""
     Compressor = host.context_compressor_class()
 
-    class TopicRouterEngine(Compressor):
+    class TopicRouterEngine(TopicSelection, Compressor):
         """Demo engine: routes each request to the messages of its topic; the built-in compresses."""
 
         @property
@@ -69,26 +96,7 @@ def make_topic_router(context_length: int = 128_000):
         def __init__(self, garbage_rate: float = 0.05) -> None:
             super().__init__(CHAT_MODEL, threshold_percent=0.6, protect_first_n=1, protect_last_n=2,
                              config_context_length=context_length, quiet_mode=True)
-            self.garbage_rate = garbage_rate
-            self._selection: Optional[list] = None
-            self._topic: Optional[str] = None
-            self._rng = random.Random(7)
-
-        def select_context(self, request_messages, *, conversation_messages=None,  # noqa: ARG002
-                           incoming_message=None, budget_tokens=0):  # noqa: ARG002 (head's call)
-            roll = self._rng.random()
-            if roll < self.garbage_rate:
-                return {"oops": "not a list"}          # the host falls open
-            text = str((incoming_message or {}).get("content", "")) if isinstance(incoming_message, dict) else ""
-            topic = next((t for t in TOPICS if text.startswith(f"[{t}]")), None)   # the tag only
-            if topic is None:
-                return None                             # leave the request unchanged
-            if topic == self._topic and self._selection is not None:
-                return self._selection                  # same selection: cache-friendly
-            self._topic = topic
-            picked = [m for m in request_messages if topic in str(m.get("content", ""))][-12:]
-            self._selection = request_messages[:1] + picked + request_messages[-1:]
-            return self._selection
+            self._init_selection(garbage_rate)
 
     return TopicRouterEngine
 
@@ -407,7 +415,7 @@ def make_trimming_router(context_length: int = 128_000):
     """The offline router of the test feeds: select_context as the demo's, its own trimming compress."""
     ContextEngine = host.context_engine_abc()
 
-    class TopicRouterEngine(ContextEngine):
+    class TopicRouterEngine(TopicSelection, ContextEngine):
         """Demo engine: routes each request to the messages of its topic; trims on compress."""
 
         name = "topic-router"
@@ -416,10 +424,7 @@ def make_trimming_router(context_length: int = 128_000):
             self.context_length = context_length
             self.threshold_percent = 0.6
             self.threshold_tokens = int(context_length * self.threshold_percent)
-            self.garbage_rate = garbage_rate
-            self._selection: Optional[list] = None
-            self._topic: Optional[str] = None
-            self._rng = random.Random(7)
+            self._init_selection(garbage_rate)
 
         def update_from_response(self, usage):
             self.last_prompt_tokens = usage.get("prompt_tokens", 0)
@@ -434,22 +439,6 @@ def make_trimming_router(context_length: int = 128_000):
             self.compression_count += 1
             keep = max(6, len(messages) // 3)
             return messages[:2] + messages[-keep:]
-
-        def select_context(self, request_messages, *, conversation_messages=None,  # noqa: ARG002
-                           incoming_message=None, budget_tokens=0):  # noqa: ARG002 (head's call)
-            roll = self._rng.random()
-            if roll < self.garbage_rate:
-                return {"oops": "not a list"}          # the host falls open
-            text = str((incoming_message or {}).get("content", "")) if isinstance(incoming_message, dict) else ""
-            topic = next((t for t in TOPICS if text.startswith(f"[{t}]")), None)   # the tag only
-            if topic is None:
-                return None                             # leave the request unchanged
-            if topic == self._topic and self._selection is not None:
-                return self._selection                  # same selection: cache-friendly
-            self._topic = topic
-            picked = [m for m in request_messages if topic in str(m.get("content", ""))][-12:]
-            self._selection = request_messages[:1] + picked + request_messages[-1:]
-            return self._selection
 
     return TopicRouterEngine
 
