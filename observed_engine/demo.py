@@ -41,6 +41,7 @@ from typing import Any, Dict, List, Optional
 from . import host
 from .contract.store_schema import demo_store_path
 from .host import default_store_path
+from .loopback_llm import DROP, LoopbackChatServer
 
 
 TOPICS = ("billing", "deploy", "search", "auth", "cache")
@@ -118,7 +119,7 @@ def _text_of(content: Any) -> str:
     return "" if content is None else str(content)
 
 
-class DemoLLM:
+class DemoLLM(LoopbackChatServer):
     """A chat-completions server on 127.0.0.1 that answers the agent and its summariser.
 
     Chat replies are ``reply_chars`` long, so a conversation crosses the compression threshold
@@ -130,9 +131,6 @@ class DemoLLM:
 
     def __init__(self, *, reply_chars: int = 40_000, context_length: int = 64_000, slow_every: int = 0,
                  slow_seconds: float = 0.0, fail_every: int = 0, host_: str = "127.0.0.1", port: int = 0) -> None:
-        import json
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
         self.reply_chars = reply_chars
         self.context_length = context_length
         self.slow_every, self.slow_seconds, self.fail_every = slow_every, slow_seconds, fail_every
@@ -141,82 +139,21 @@ class DemoLLM:
         self.failures = 0
         self._prefix: Dict[str, tuple] = {}      # conversation -> (first messages digest, prompt tokens)
         self._lock = threading.Lock()
-        server = self
+        super().__init__(host_, port)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    thread_name = "demo-llm"
+    owner = "demo"
+    default_model = CHAT_MODEL
 
-            def log_message(self, *args):  # noqa: ARG002 (quiet)
-                pass
+    def model_cards(self) -> List[Dict[str, Any]]:
+        return [{"id": m, "object": "model", "owned_by": "demo", "context_length": self.context_length}
+                for m in (CHAT_MODEL, SUMMARY_MODEL)]
 
-            def _json(self, status: int, payload: Dict[str, Any]) -> None:
-                body = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+    def error_payload(self, status: int) -> Dict[str, Any]:  # noqa: ARG002 (the demo fails with 401 only)
+        return {"error": {"message": "invalid api key (demo)", "type": "auth_error", "code": "invalid_api_key"}}
 
-            def do_GET(self):
-                if self.path.rstrip("/").endswith("/models"):
-                    self._json(200, {"object": "list", "data": [
-                        {"id": m, "object": "model", "owned_by": "demo", "context_length": server.context_length}
-                        for m in (CHAT_MODEL, SUMMARY_MODEL)]})
-                else:
-                    self._json(404, {"error": {"message": "no such route"}})
-
-            def do_POST(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
-                except ValueError:
-                    self._json(400, {"error": {"message": "bad json"}})
-                    return
-                if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self._json(404, {"error": {"message": "no such route"}})
-                    return
-                answer = server.answer(body)
-                if answer == "drop":
-                    self.close_connection = True
-                    self.connection.shutdown(2)
-                    return
-                if isinstance(answer, int):
-                    self._json(answer, {"error": {"message": "invalid api key (demo)", "type": "auth_error",
-                                                  "code": "invalid_api_key"}})
-                    return
-                content, usage = answer
-                message = {"role": "assistant", "content": content}
-                base = {"id": f"chatcmpl-{time.time_ns()}", "created": int(time.time()),
-                        "model": body.get("model") or CHAT_MODEL}
-                if not body.get("stream"):
-                    self._json(200, {**base, "object": "chat.completion", "usage": usage,
-                                     "choices": [{"index": 0, "finish_reason": "stop", "message": message}]})
-                    return
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                chunks = [{"index": 0, "delta": {"role": "assistant", "content": content}, "finish_reason": None},
-                          {"index": 0, "delta": {}, "finish_reason": "stop"}]
-                for choice in chunks:
-                    self.wfile.write(b"data: " + json.dumps({**base, "object": "chat.completion.chunk",
-                                                             "choices": [choice]}).encode() + b"\n\n")
-                self.wfile.write(b"data: " + json.dumps({**base, "object": "chat.completion.chunk", "choices": [],
-                                                         "usage": usage}).encode() + b"\n\n")
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
-                self.close_connection = True
-
-        self._httpd = ThreadingHTTPServer((host_, port), Handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="demo-llm", daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
-
-    def answer(self, body: Dict[str, Any]):
-        """(content, usage), an HTTP status to fail with, or "drop" (close the connection)."""
+    def respond(self, body: Dict[str, Any]):
+        """(message, usage), an HTTP status to fail with, or DROP (close the connection)."""
         messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
         texts = [_text_of(m.get("content")) for m in messages]
         prompt = max(1, (sum(len(t) for t in texts) + len(str(body.get("tools") or ""))) // 4)
@@ -230,9 +167,9 @@ class DemoLLM:
                     nth = self.failures
             if failing:
                 time.sleep(0.05)
-                return 401 if nth % 2 else "drop"
+                return 401 if nth % 2 else DROP
             time.sleep(self.slow_seconds if self.slow_every and n % self.slow_every == 0 else 0.05)
-            return SUMMARY_TEXT, {"prompt_tokens": prompt, "completion_tokens": len(SUMMARY_TEXT) // 4,
+            return {"role": "assistant", "content": SUMMARY_TEXT}, {"prompt_tokens": prompt, "completion_tokens": len(SUMMARY_TEXT) // 4,
                                   "total_tokens": prompt + len(SUMMARY_TEXT) // 4}
         # the conversation: its first user message; the cached prefix: what the previous request sent
         first_user = next((t for m, t in zip(messages, texts) if m.get("role") == "user"), "")
@@ -248,16 +185,9 @@ class DemoLLM:
         content = (f"Answer {turn}: noted. " + "The quick brown fox jumps over the lazy dog. "
                    * (self.reply_chars // 45 + 1))[: self.reply_chars]
         completion = len(content) // 4
-        return content, {"prompt_tokens": prompt, "completion_tokens": completion,
+        return {"role": "assistant", "content": content}, {"prompt_tokens": prompt, "completion_tokens": completion,
                          "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": cached}}
 
-    def start(self) -> "DemoLLM":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
 
 
 # -- the Hermes home the demo's agents run in ----------------------------------------------------

@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, List, Optional
+
+from ..loopback_llm import LoopbackChatServer
 
 SUMMARY_MARKER = "summarization agent"
 NO_REPLY = "(replay: the recording has no reply for this request)"
@@ -40,7 +40,7 @@ def _key(message: Any) -> str:
     return json.dumps(message, sort_keys=True, default=str)
 
 
-class ReplayServer:
+class ReplayServer(LoopbackChatServer):
     def __init__(self, replies: List[Dict[str, Any]], *, model: str, context_length: int,
                  usage: str = "tiktoken", summarise: Optional[Callable[[str], str]] = None) -> None:
         if usage not in ("tiktoken", "chars"):
@@ -62,75 +62,18 @@ class ReplayServer:
             from ..tokens import counter_for
 
             self._counter = counter_for("auto", model)
-        server = self
+        super().__init__()
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    thread_name = "observed-replay-llm"
+    owner = "replay"
 
-            def log_message(self, *args):  # noqa: ARG002 (quiet)
-                pass
+    @property
+    def default_model(self) -> str:
+        return self.model
 
-            def _json(self, status: int, payload: Dict[str, Any]) -> None:
-                body = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def do_GET(self):
-                if self.path.rstrip("/").endswith("/models"):
-                    self._json(200, {"object": "list", "data": [{
-                        "id": server.model, "object": "model", "owned_by": "replay",
-                        "context_length": server.context_length, "max_model_len": server.context_length}]})
-                else:
-                    self._json(404, {"error": {"message": f"no route {self.path}"}})
-
-            def do_POST(self):
-                length = int(self.headers.get("Content-Length") or 0)
-                try:
-                    body = json.loads(self.rfile.read(length) or b"{}")
-                except ValueError:
-                    self._json(400, {"error": {"message": "bad json"}})
-                    return
-                if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self._json(404, {"error": {"message": f"no route {self.path}"}})
-                    return
-                message, usage = server.answer(body)
-                if body.get("stream"):
-                    self._stream(body, message, usage)
-                    return
-                self._json(200, {"id": f"chatcmpl-replay-{time.time_ns()}", "object": "chat.completion",
-                                 "created": int(time.time()), "model": body.get("model") or server.model,
-                                 "choices": [{"index": 0, "message": message,
-                                              "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"}],
-                                 "usage": usage})
-
-            def _stream(self, body, message, usage):
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                base = {"id": f"chatcmpl-replay-{time.time_ns()}", "object": "chat.completion.chunk",
-                        "created": int(time.time()), "model": body.get("model") or server.model}
-                content = message.get("content") or ""
-                deltas = [{"role": "assistant", "content": ""}]
-                deltas += [{"content": content[i:i + 8192]} for i in range(0, len(content), 8192)]
-                for n, call in enumerate(message.get("tool_calls") or []):
-                    deltas.append({"tool_calls": [{**call, "index": n}]})
-                chunks = [{"index": 0, "delta": d, "finish_reason": None} for d in deltas]
-                chunks.append({"index": 0, "delta": {},
-                               "finish_reason": "tool_calls" if message.get("tool_calls") else "stop"})
-                for choice in chunks:
-                    self.wfile.write(b"data: " + json.dumps({**base, "choices": [choice]}).encode() + b"\n\n")
-                self.wfile.write(b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n")
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
-                self.close_connection = True
-
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="observed-replay-llm", daemon=True)
+    def model_cards(self) -> List[Dict[str, Any]]:
+        return [{"id": self.model, "object": "model", "owned_by": "replay",
+                 "context_length": self.context_length, "max_model_len": self.context_length}]
 
     # -- counting ---------------------------------------------------------------------------
 
@@ -141,7 +84,7 @@ class ReplayServer:
         chars = sum(len(_text(m.get("content"))) for m in messages if isinstance(m, dict)) + len(tools_text)
         return chars // 4
 
-    def answer(self, body: Dict[str, Any]):
+    def respond(self, body: Dict[str, Any]):
         messages = [m for m in (body.get("messages") or []) if isinstance(m, dict)]
         tools = body.get("tools") or []
         prompt = self._tokens(messages, tools)
@@ -181,18 +124,3 @@ class ReplayServer:
     @property
     def replies_left(self) -> int:
         return len(self._replies) - self._next
-
-    # -- lifecycle ----------------------------------------------------------------------------
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
-
-    def __enter__(self) -> "ReplayServer":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
