@@ -21,8 +21,7 @@ import pytest
 
 import observed_engine
 from observed_engine import host, is_observed
-from observed_engine import plugin as oplugin
-from support.entry_points import engine_plugin, forget_modules
+from support.entry_points import engine_plugin, forget_modules, isolated_plugin_host
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
@@ -30,16 +29,7 @@ PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
 
 @pytest.fixture
 def hermes_home(tmp_path, monkeypatch):
-    home = tmp_path / "hermes-home"
-    home.mkdir()
-    monkeypatch.setenv("HERMES_HOME", str(home))
-    monkeypatch.delenv("HERMES_SAFE_MODE", raising=False)
-    for var in ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
-        monkeypatch.delenv(var, raising=False)
-    import hermes_cli.plugins as hp
-    monkeypatch.setattr(hp, "_plugin_manager", None)
-    monkeypatch.setattr(oplugin, "_gate_notices", set())
-    yield home
+    yield isolated_plugin_host(tmp_path, monkeypatch)
     observed_engine.shutdown(5)
 
 

@@ -29,7 +29,7 @@ import observed_engine
 from observed_engine import cli, host, is_observed
 from observed_engine import plugin as oplugin
 from observed_engine.cli import entry_point as cli_entry_point
-from support.entry_points import GROUP, engine_plugin, forget_modules
+from support.entry_points import GROUP, engine_plugin, forget_modules, isolated_plugin_host
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
@@ -40,17 +40,7 @@ MODEL = "fake-model"
 
 @pytest.fixture
 def home(tmp_path, monkeypatch):
-    h = tmp_path / "hermes-home"
-    h.mkdir()
-    monkeypatch.setenv("HERMES_HOME", str(h))
-    monkeypatch.delenv("HERMES_SAFE_MODE", raising=False)
-    for var in list(__import__("os").environ):
-        if var.startswith("OTEL_"):
-            monkeypatch.delenv(var, raising=False)
-    import hermes_cli.plugins as hp
-    monkeypatch.setattr(hp, "_plugin_manager", None)
-    monkeypatch.setattr(oplugin, "_gate_notices", set())
-    yield h
+    yield isolated_plugin_host(tmp_path, monkeypatch)
     observed_engine.shutdown(5)
 
 

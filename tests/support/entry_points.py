@@ -73,3 +73,25 @@ def engine_plugin(site: Path, plugin: str, *, engine: str | None = None, module:
 def forget_modules(*names: str) -> None:
     for name in names:
         sys.modules.pop(name, None)
+
+
+def isolated_plugin_host(tmp_path: Path, monkeypatch):
+    """A Hermes home of the test's own and a plugin host that starts clean: HERMES_HOME set, no
+    safe mode, no OTEL_* variable, Hermes' plugin manager and the plugin's gate notices forgotten.
+    Returns the home; the caller shuts observed-engine down after the test."""
+    import os
+
+    import hermes_cli.plugins as hp
+
+    from observed_engine import plugin as oplugin
+
+    home = tmp_path / "hermes-home"
+    home.mkdir()
+    monkeypatch.setenv("HERMES_HOME", str(home))
+    monkeypatch.delenv("HERMES_SAFE_MODE", raising=False)
+    for var in list(os.environ):
+        if var.startswith("OTEL_"):
+            monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(hp, "_plugin_manager", None)
+    monkeypatch.setattr(oplugin, "_gate_notices", set())
+    return home
