@@ -41,7 +41,7 @@ from typing import Any, Dict, List, Optional
 from . import host
 from .contract.store_schema import demo_store_path
 from .host import default_store_path
-from .loopback_llm import DROP, LoopbackChatServer
+from .loopback_llm import DROP, LoopbackChatServer, content_text
 
 
 TOPICS = ("billing", "deploy", "search", "auth", "cache")
@@ -111,14 +111,6 @@ SUMMARY_TEXT = ("## Goal\nKeep the demo conversation going.\n## Progress\nThe as
                 "question so far.\n## Remaining Work\nAnswer the next question.")
 
 
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
-    return "" if content is None else str(content)
-
-
 class DemoLLM(LoopbackChatServer):
     """A chat-completions server on 127.0.0.1 that answers the agent and its summariser.
 
@@ -155,7 +147,7 @@ class DemoLLM(LoopbackChatServer):
     def respond(self, body: Dict[str, Any]):
         """(message, usage), an HTTP status to fail with, or DROP (close the connection)."""
         messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-        texts = [_text_of(m.get("content")) for m in messages]
+        texts = [content_text(m.get("content")) for m in messages]
         prompt = max(1, (sum(len(t) for t in texts) + len(str(body.get("tools") or ""))) // 4)
         if any(SUMMARY_MARKER in t for t in texts):
             with self._lock:
@@ -317,7 +309,7 @@ class Traffic:
                 tag = f"[{topic}] " if rng.random() < 0.8 else ""   # untagged: select_context returns None
                 result = agent.run_conversation(tag + _text(rng, rng.randint(150, 400)), conversation_history=history)
                 history = result.get("messages") or history
-                if sum(len(_text_of(m.get("content"))) for m in history if isinstance(m, dict)) > \
+                if sum(len(content_text(m.get("content"))) for m in history if isinstance(m, dict)) > \
                         8 * self.llm.context_length:     # ~2x the window: a session that cannot shrink ends
                     break
                 with self._lock:

@@ -25,6 +25,16 @@ STREAM_CHUNK_CHARS = 8192
 Answer = Union[Tuple[Dict[str, Any], Dict[str, Any]], int, str]
 
 
+def content_text(content: Any) -> str:
+    """A chat message's ``content`` as text (a list of parts joined by spaces), what the fake
+    LLMs measure a request by."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else str(content)
+
+
 class LoopbackChatServer:
     owner = "loopback"              # the models' owned_by and the completion ids
     default_model = "loopback"

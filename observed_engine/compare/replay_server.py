@@ -22,18 +22,10 @@ import json
 import threading
 from typing import Any, Callable, Dict, List, Optional
 
-from ..loopback_llm import LoopbackChatServer
+from ..loopback_llm import LoopbackChatServer, content_text
 
 SUMMARY_MARKER = "summarization agent"
 NO_REPLY = "(replay: the recording has no reply for this request)"
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
-    return "" if content is None else str(content)
 
 
 def _key(message: Any) -> str:
@@ -81,17 +73,17 @@ class ReplayServer(LoopbackChatServer):
         tools_text = json.dumps(tools) if tools else ""
         if self._counter is not None:
             return self._counter.count_messages(messages) + (self._counter.count_text(tools_text) if tools_text else 0)
-        chars = sum(len(_text(m.get("content"))) for m in messages if isinstance(m, dict)) + len(tools_text)
+        chars = sum(len(content_text(m.get("content"))) for m in messages if isinstance(m, dict)) + len(tools_text)
         return chars // 4
 
     def respond(self, body: Dict[str, Any]):
         messages = [m for m in (body.get("messages") or []) if isinstance(m, dict)]
         tools = body.get("tools") or []
         prompt = self._tokens(messages, tools)
-        if any(SUMMARY_MARKER in _text(m.get("content")) for m in messages):
+        if any(SUMMARY_MARKER in content_text(m.get("content")) for m in messages):
             with self._lock:
                 self.summary_requests += 1
-            text = self.summarise(_text(messages[0].get("content")) if messages else "")
+            text = self.summarise(content_text(messages[0].get("content")) if messages else "")
             return ({"role": "assistant", "content": text},
                     {"prompt_tokens": prompt, "completion_tokens": max(1, len(text) // 4),
                      "total_tokens": prompt + max(1, len(text) // 4)})
@@ -117,7 +109,7 @@ class ReplayServer(LoopbackChatServer):
         message = {"role": "assistant", "content": recorded.get("content") or ""}
         if recorded.get("tool_calls"):
             message["tool_calls"] = recorded["tool_calls"]
-        completion = max(1, len(_text(message["content"])) // 4)
+        completion = max(1, len(content_text(message["content"])) // 4)
         return message, {"prompt_tokens": prompt, "completion_tokens": completion,
                          "total_tokens": prompt + completion}
 
