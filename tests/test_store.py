@@ -18,7 +18,7 @@ import pytest
 
 import observed_engine
 from observed_engine import observe
-from observed_engine.contract.store_schema import make_row
+from observed_engine.contract.store_schema import make_row, row_from
 from observed_engine.store import StoreWriter, connect
 from observed_engine.tokens import TokenCounter
 from observed_engine.capture import observed_meta
@@ -296,3 +296,42 @@ def test_unwritable_store_is_counted_logged_once_and_harmless(prov, tmp_path, ca
         else:
             assert not path.exists()
         observed_engine.shutdown(0.5)
+
+
+def test_rows_bind_only_their_own_columns_and_keep_their_arrival_order(tmp_path):
+    """Issue 16: each row in the worker's form (store_schema.row_from) is inserted naming only the columns it has (binding the 20-odd NULLs of a
+    full-width row cost as much as the rest of the insert); rows of different shapes, grouped into
+    one executemany per shape, still get ids in the order they were submitted."""
+    from observed_engine.store import writer as writer_module
+
+    statements = []
+    real_connect = writer_module.connect
+
+    def traced_connect(*args, **kwargs):
+        conn = real_connect(*args, **kwargs)
+        conn.set_trace_callback(statements.append)
+        return conn
+
+    writer_module.connect = traced_connect
+    path = tmp_path / "narrow.sqlite"
+    writer = StoreWriter(path, flush_interval=0.05)
+    try:
+        now = time.time()
+        writer.submit([
+            row_from(dict(ts=now, engine="e", hook="should_compress", event="call", decision="skip", checked_tokens=1)),
+            row_from(dict(ts=now, engine="e", hook="update_from_response", event="call", input_tokens=2)),
+            make_row(ts=now, engine="e", hook="should_compress", event="call", decision="skip", checked_tokens=3),
+            row_from(dict(ts=now, engine="e", hook="compress", event="call", not_a_column="ignored", tokens_before=4)),
+        ])
+        assert writer.flush(5)
+    finally:
+        writer.close()
+        writer_module.connect = real_connect
+    inserts = [s for s in statements if s.startswith("INSERT INTO events")]
+    wide = [s for s in inserts if "summary_model" in s]
+    assert len(inserts) == 4 and len(wide) == 1 and "VALUES (3," in wide[0], inserts   # only make_row's row is wide
+    conn = sqlite3.connect(str(path))
+    got = conn.execute("SELECT hook, coalesce(checked_tokens, input_tokens, tokens_before) FROM events "
+                       "ORDER BY id").fetchall()
+    conn.close()
+    assert got == [("should_compress", 1), ("update_from_response", 2), ("should_compress", 3), ("compress", 4)]

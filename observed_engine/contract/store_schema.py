@@ -115,6 +115,13 @@ def add_column_sql(column: str) -> str:
 INSERT_SQL = f"INSERT INTO events ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
 
 
+def insert_sql(names: Sequence[str], with_id: bool = False) -> str:
+    """The INSERT of an ``events`` row that gives only the columns ``names`` (each must be in
+    COLUMNS; the others are NULL), with an explicit ``id`` first when ``with_id``."""
+    names = ("id", *names) if with_id else tuple(names)
+    return f"INSERT INTO events ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})"
+
+
 # A stale -wal/-shm without its main file is moved to NAME-wal.orphaned / NAME-shm.orphaned.
 ORPHAN_SUFFIX = ".orphaned"
 
@@ -137,6 +144,14 @@ def default_store_path(hermes_home: os.PathLike | str) -> Path:
 def make_row(**fields) -> tuple:
     """A row tuple in COLUMNS order; missing fields are NULL."""
     return tuple(map(fields.get, COLUMNS))
+
+
+def row_from(fields: dict) -> tuple:
+    """A store row that names its columns: ``(names, values)`` of ``fields``, in their order. The
+    writer binds only these columns (the others are NULL; a name that is not a column is left out,
+    as ``make_row`` leaves it out). The worker's rows take this form: binding the 20-odd NULLs of
+    a full-width row cost as much as the rest of the insert."""
+    return tuple(fields), tuple(fields.values())
 
 
 def schema_markdown() -> str:

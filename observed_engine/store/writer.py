@@ -24,7 +24,7 @@ from typing import Callable, Iterable, Optional
 from urllib.parse import quote
 
 from ..contract.store_schema import (COLUMNS, INSERT_SQL, ORPHAN_SUFFIX, SCHEMA_SQL, SCHEMA_VERSION,
-                                     add_column_sql)
+                                     add_column_sql, insert_sql)
 
 logger = logging.getLogger("observed_engine.store")
 
@@ -234,12 +234,67 @@ def _storable(row):
     """``row`` with lone surrogates in text replaced (U+FFFD) and every other value SQLite
     cannot store replaced by NULL; ``row`` itself (the same object) when nothing changed or
     when it is not a row at all (that one fails again, alone, and is skipped)."""
+    if _is_named_row(row):
+        values = _storable(row[1])
+        return row if values is row[1] else (row[0], values)
     if not isinstance(row, (tuple, list)):
         return row
     out = tuple(map(_storable_value, row))
     if all(a is b for a, b in zip(out, row)):
         return row
     return out
+
+
+def _is_named_row(row) -> bool:
+    """A row as ``store_schema.make_row`` makes it: (column names, values)."""
+    return type(row) is tuple and len(row) == 2 and type(row[0]) is tuple and isinstance(row[1], (tuple, list))
+
+
+class _Statements:
+    """The INSERT for each distinct tuple of column names a row gives, made (and checked) once.
+
+    A row is bound with only the columns it has (binding the NULLs of the other columns cost as
+    much as the rest of the insert). Names that are not columns are left out, as ``make_row``
+    promises. A full-width tuple in COLUMNS order (what rows were before) is still taken."""
+
+    LIMIT = 1024     # distinct name tuples kept; past that the cache starts again
+
+    def __init__(self) -> None:
+        self._by_names: dict = {}
+
+    def _for(self, names: tuple):
+        found = self._by_names.get(names)
+        if found is None:
+            if len(self._by_names) >= self.LIMIT:
+                self._by_names.clear()
+            known = [i for i, n in enumerate(names) if type(n) is str and n in _COLUMN_SET]
+            kept = tuple(names[i] for i in known)
+            if len(set(kept)) != len(kept):
+                raise ValueError("a store row names a column twice")
+            pick = None if len(known) == len(names) else known
+            found = self._by_names[names] = (insert_sql(kept, with_id=True), insert_sql(kept), pick)
+        return found
+
+    def bind(self, row, row_id: Optional[int]):
+        """(the INSERT, its parameters) for ``row``; with ``row_id`` the row gets that id."""
+        if _is_named_row(row):
+            names, values = row
+            if len(names) != len(values):
+                raise ValueError("a store row has not one value per name")
+            with_id, without_id, pick = self._for(names)
+            if pick is not None:
+                values = [values[i] for i in pick]
+        elif isinstance(row, (tuple, list)) and len(row) == len(COLUMNS):
+            with_id, without_id, values = _FULL_WIDTH_WITH_ID, INSERT_SQL, row
+        else:
+            raise ValueError("not a store row")
+        if row_id is None:
+            return without_id, values
+        return with_id, (row_id, *values)
+
+
+_COLUMN_SET = frozenset(COLUMNS)
+_FULL_WIDTH_WITH_ID = insert_sql(COLUMNS, with_id=True)
 
 
 def _is_data_error(exc: BaseException) -> bool:
@@ -316,6 +371,7 @@ class StoreWriter:
         self._last_retention = 0.0
         self._retention_cutoff: Optional[float] = None   # a retention pass under way (more chunks to delete)
         self._logged_errors: set = set()
+        self._statements = _Statements()
         self.rows_written = 0
         self.rows_dropped = 0
         # the last batch failed (locked, read-only, full, unreachable directory) and is held for a retry:
@@ -575,8 +631,7 @@ class StoreWriter:
         self._notify_error(exc)
         self._count_dropped(n_rows)
 
-    @staticmethod
-    def _insert(conn: sqlite3.Connection, batch: list):
+    def _insert(self, conn: sqlite3.Connection, batch: list):
         """Insert ``batch`` in one transaction: (rows written, the error that made values be
         repaired or None, (rows skipped, the first error) or None). A failure about the file
         raises (the caller keeps the batch); one about the data never makes the batch fail."""
@@ -584,8 +639,7 @@ class StoreWriter:
         conn.execute("BEGIN IMMEDIATE")
         try:
             try:
-                conn.executemany(INSERT_SQL, batch)
-                written = len(batch)
+                written = self._insert_grouped(conn, batch)
             except Exception as exc:
                 if not _is_data_error(exc):
                     raise
@@ -596,8 +650,7 @@ class StoreWriter:
                     repaired = exc
                 conn.execute("BEGIN IMMEDIATE")
                 try:
-                    conn.executemany(INSERT_SQL, fixed)
-                    written = len(fixed)
+                    written = self._insert_grouped(conn, fixed)
                 except Exception as exc2:
                     if not _is_data_error(exc2):
                         raise
@@ -606,7 +659,7 @@ class StoreWriter:
                     written, n_skipped, first = 0, 0, None
                     for row in fixed:                  # one by one: isolate the rows that cannot be stored
                         try:
-                            conn.execute(INSERT_SQL, row)
+                            conn.execute(*self._statements.bind(row, None))
                             written += 1
                         except Exception as exc3:
                             if not _is_data_error(exc3):
@@ -623,6 +676,26 @@ class StoreWriter:
                 pass
             raise
         return written, repaired, skipped
+
+    def _insert_grouped(self, conn: sqlite3.Connection, rows: list) -> int:
+        """One executemany per distinct set of columns. The ids are given in the order the rows
+        came (the next ones after the table's largest, read inside this write transaction, so
+        another process's writer cannot take them), so the table's order is the arrival order,
+        as if the rows had been inserted one after the other."""
+        row_id = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
+        groups: dict = {}
+        bind = self._statements.bind
+        for row in rows:
+            row_id += 1
+            sql, params = bind(row, row_id)
+            group = groups.get(sql)
+            if group is None:
+                groups[sql] = [params]
+            else:
+                group.append(params)
+        for sql, params in groups.items():
+            conn.executemany(sql, params)
+        return len(rows)
 
     def _maybe_retention(self) -> None:
         """At most every RETENTION_PERIOD seconds, delete the rows older than ``retention_days``:
