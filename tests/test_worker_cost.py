@@ -5,6 +5,8 @@ compression needs it."""
 
 from __future__ import annotations
 
+import itertools
+
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.resources import Resource
@@ -141,3 +143,62 @@ def test_no_sdk_import_for_a_tracer_that_is_not_the_sdks():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
+
+
+def _parents():
+    """Parent contexts a hook's span can get: none, local and remote, sampled and not, with a trace state."""
+    from opentelemetry import trace as trace_api
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
+
+    state = TraceState([("vendor", "value")])
+    out = {"root": None}
+    for remote in (False, True):
+        for sampled in (False, True):
+            ctx = SpanContext(0x1234, 0x5678, is_remote=remote, trace_state=state,
+                              trace_flags=TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT))
+            out[f"remote={remote},sampled={sampled}"] = trace_api.set_span_in_context(NonRecordingSpan(ctx))
+    return out
+
+
+def test_direct_spans_decide_sampling_as_the_sdk_samplers_do():
+    """The SDK's static samplers (the default ParentBased(ALWAYS_ON) among them) are decided without a
+    SamplingResult; any other sampler is asked. Either way the spans exported are the SDK's."""
+    from opentelemetry.sdk.trace import sampling
+    from observed_engine.worker.spans import DirectSpans
+
+    samplers = {
+        "default": None, "always_on": sampling.ALWAYS_ON, "always_off": sampling.ALWAYS_OFF,
+        "parent_based_off": sampling.ParentBased(sampling.ALWAYS_OFF),
+        "parent_based_inverted": sampling.ParentBased(sampling.ALWAYS_ON, remote_parent_sampled=sampling.ALWAYS_OFF,
+                                                      local_parent_not_sampled=sampling.ALWAYS_ON),
+        "ratio": sampling.TraceIdRatioBased(0.5), "parent_based_ratio": sampling.ParentBased(sampling.TraceIdRatioBased(0.5)),
+    }
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+    class FixedTraceId(RandomIdGenerator):     # a ratio sampler decides on the trace id: make it known
+        def __init__(self, trace_id):
+            self.trace_id = trace_id
+
+        def generate_trace_id(self):
+            return self.trace_id
+
+    attrs = {"hermes.context_engine.name": "e", "hermes.context_engine.hook": "should_compress", "n": 3}
+    for (label, sampler), trace_id in itertools.product(samplers.items(), (1, 2 ** 128 - 1)):
+        for parent_label, parent in _parents().items():
+            shapes = []
+            for direct in (True, False):
+                exporter = InMemorySpanExporter()
+                tp = TracerProvider(id_generator=FixedTraceId(trace_id), **({} if sampler is None else {"sampler": sampler}))
+                tp.add_span_processor(SimpleSpanProcessor(exporter))
+                tracer = tp.get_tracer("observed_engine")
+                if direct:
+                    spans = DirectSpans(tracer)
+                    assert spans.emit("hermes.context_engine.should_compress", parent, dict(attrs), 10, 20)
+                else:
+                    span = tracer.start_span("hermes.context_engine.should_compress", context=parent,
+                                             start_time=10, attributes=dict(attrs))
+                    span.end(end_time=20)
+                shapes.append([(s.name, dict(s.attributes), s.context.trace_flags, s.context.trace_state.to_header(),
+                                s.context.trace_id, s.parent, s.start_time,
+                                s.end_time) for s in exporter.get_finished_spans()])
+            assert shapes[0] == shapes[1], (label, parent_label, trace_id)

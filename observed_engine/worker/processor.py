@@ -24,8 +24,9 @@ from ..contract import vocabulary as v
 from ..contract.events import DEADLINE_EXCEEDED, ENGINE_META_ATTRIBUTE, DeadlineExceeded, HookEvent
 from ..contract.hooks import HOOK_SPECS, LIVE_SPAN_KINDS
 from ..contract.identifiers import identifier
-from ..contract.store_schema import make_row
+from ..contract.store_schema import row_from
 from .handlers import HANDLERS
+from .histograms import HistogramBatch
 from .memory import EngineMemory
 from .spans import DirectSpans
 from .state import resolve
@@ -36,6 +37,8 @@ _NS = 1_000_000_000
 # Components that count their failures without logging them: the worker logs them once.
 _QUIET_COMPONENTS = ("tracing", "metrics", "gauge")
 
+
+_SPAN_NAMES = tuple(a.hook_span_name(spec.name) for spec in HOOK_SPECS)   # by hook index
 
 _PACE_AFTER_S = 0.001     # the worker holds the GIL at most this long in one go ...
 _PACE_SLEEP_S = 0.00005   # ... then sleeps this long (about 5 % of its throughput under a backlog)
@@ -56,6 +59,8 @@ class EventProcessor:
         self.instruments = pipeline.instruments
         self.tracer = pipeline.tracer
         self._direct_spans = DirectSpans(self.tracer)    # spans opened and closed at once, cheaply
+        self._histograms = HistogramBatch()              # histogram values, recorded per batch
+        self._call_keys: Dict[tuple, tuple] = {}         # (label, hook index, outcome) -> metric keys
         self.capture = self.settings.capture_content
         self.memories: Dict[int, EngineMemory] = {}
         self._engine_labels: set = set()
@@ -152,6 +157,7 @@ class EventProcessor:
                 self._log_failure_once(component, None)
         for signal, n in drops.items():
             self._counts[("telemetry_dropped", (("signal", signal),))] += n
+        self._histograms.record_all(self._histogram_failed)
         counts, self._counts = self._counts, defaultdict(int)
         for (key, attrs), n in counts.items():
             try:
@@ -180,19 +186,20 @@ class EventProcessor:
         logger.warning(msg, *args)
 
     def record(self, instrument, value, attrs) -> None:
-        """A histogram measurement; a failing meter must not cost the event its row and span."""
-        try:
-            instrument.record(value, attrs)
-        except Exception as exc:
-            self._telemetry_failed("metrics", exc)
+        """A histogram measurement, recorded with the others of its batch at the batch's end
+        (``histograms.HistogramBatch``); a failing meter must not cost the event its row and span."""
+        self._histograms.add(instrument, value, attrs)
+
+    def _histogram_failed(self, exc: BaseException) -> None:
+        self._telemetry_failed("metrics", exc)
 
     def event_row(self, mem: EngineMemory, call_row: Dict[str, Any], hook: str, event: str,
                   outcome: Optional[str], reason: Optional[str], duration_s: Optional[float]) -> None:
         """A store row for an event of the call (fail-open, bad input, timeouts, summary failure)."""
-        self._rows.append(make_row(
+        self._rows.append(row_from(dict(
             ts=call_row["ts"], host=self.host, pid=self.pid, session=mem.session_id, engine=mem.name,
             hook=hook, event=event, outcome=outcome, reason=reason, duration_s=duration_s,
-        ))
+        )))
 
     def fail_open(self, mem: EngineMemory, label: str, hook: str, reason: str, call_row: Dict[str, Any]) -> None:
         self.count("fail_open", engine=label, hook=hook, reason=reason)
@@ -246,11 +253,14 @@ class EventProcessor:
         duration = (ev.t1 - ev.t0) / _NS
         outcome = v.CALL_OK if ev.exc is None else v.CALL_ERROR
 
-        self.count("hook_calls", engine=label, hook=hook, outcome=outcome)
-        self.record(self.instruments.hook_duration, duration, {"engine": label, "hook": hook})
+        keys = self._call_keys.get((label, ev.hook, outcome))
+        if keys is None:
+            keys = self._keys_for_call(label, hook, ev.hook, outcome)
+        self._counts[keys[0]] += 1                       # hook_calls{engine, hook, outcome}
+        self._histograms.add_keyed(keys[1], duration)     # hook_duration{engine, hook}
 
         row: Dict[str, Any] = {
-            "ts": self._epoch(ev.t1) / _NS, "host": self.host, "pid": self.pid,
+            "ts": (ev.t1 + self.offset_ns) / _NS, "host": self.host, "pid": self.pid,
             "engine": mem.name, "hook": hook, "event": v.EVENT_CALL, "outcome": outcome,
             "duration_s": duration,
         }
@@ -270,12 +280,19 @@ class EventProcessor:
         mem.hooks_seen.add(hook)
 
         row["session"] = mem.session_id
-        self._rows.append(make_row(**row))
-        self._finish_span(spec, mem, ev, attrs)
+        self._rows.append(row_from(row))
+        if self.settings.traces:
+            self._finish_span(spec, mem, ev, attrs)
+
+    def _keys_for_call(self, label: str, hook: str, index: int, outcome: str) -> tuple:
+        """The hook_calls counter key and the hook_duration histogram key of a call (kept per engine
+        label, hook and outcome: the label set is bounded by max_label_values)."""
+        keys = (("hook_calls", (("engine", label), ("hook", hook), ("outcome", outcome))),
+                self._histograms.key(self.instruments.hook_duration, {"engine": label, "hook": hook}))
+        self._call_keys[(label, index, outcome)] = keys
+        return keys
 
     def _finish_span(self, spec, mem: EngineMemory, ev: HookEvent, attrs: Dict[str, Any]) -> None:
-        if not self.settings.traces:
-            return
         base = {a.ENGINE_NAME: mem.name, a.HOOK: spec.name}
         if mem.session_id is not None:
             base[a.CONVERSATION_ID] = mem.session_id
@@ -287,9 +304,9 @@ class EventProcessor:
                     return
                 span.set_attributes(base)
             else:
-                name = a.hook_span_name(spec.name)
+                name = _SPAN_NAMES[ev.hook]
                 if ev.exc is None and self._direct_spans.emit(name, ev.span_or_parent, base,
-                                                              self._epoch(ev.t0), self._epoch(ev.t1)):
+                                                              ev.t0 + self.offset_ns, ev.t1 + self.offset_ns):
                     return
                 span = self.tracer.start_span(name, context=ev.span_or_parent,
                                               start_time=self._epoch(ev.t0), attributes=base)

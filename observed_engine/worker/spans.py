@@ -14,11 +14,15 @@ returns False and the worker uses ``start_span``.
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any, Dict, Optional
 
 from opentelemetry import trace as trace_api
 
 _PLAIN = (str, bool, int, float)
+_INTERNAL = trace_api.SpanKind.INTERNAL
+_SAMPLED, _DEFAULT = trace_api.TraceFlags.SAMPLED, trace_api.TraceFlags.DEFAULT
+_RANDOM_TRACE_ID = getattr(trace_api.TraceFlags, "RANDOM_TRACE_ID", 0)
 
 
 class DirectSpans:
@@ -32,6 +36,7 @@ class DirectSpans:
         try:
             from opentelemetry.sdk import trace as sdk_trace
             from opentelemetry.sdk.trace import export as sdk_export
+            from opentelemetry.sdk.trace import sampling
             from opentelemetry.sdk.trace._tracer_metrics import NoOpTracerMetrics
         except Exception:  # pragma: no cover - an SDK without these names: the SDK path
             return
@@ -40,7 +45,26 @@ class DirectSpans:
         self._sdk = sdk_trace
         self._exporting = (sdk_export.BatchSpanProcessor, sdk_export.SimpleSpanProcessor)
         self._noop_metrics = NoOpTracerMetrics
+        self._static_sampler, self._parent_based = sampling.StaticSampler, sampling.ParentBased
+        self._drop, self._sampled = sampling.Decision.DROP, sampling.Decision.RECORD_AND_SAMPLE
         self._usable = True
+
+    def _static_decision(self, sampler, parent):
+        """The decision of the SDK's static samplers (ALWAYS_ON, ALWAYS_OFF, and ParentBased over them,
+        the default) for ``parent`` (a valid span context or None), as their ``should_sample`` makes
+        it; None for any other sampler (which is then asked)."""
+        kind = type(sampler)
+        if kind is self._parent_based:
+            if parent is None:
+                sampler = sampler._root
+            elif parent.is_remote:
+                sampler = sampler._remote_parent_sampled if parent.trace_flags.sampled \
+                    else sampler._remote_parent_not_sampled
+            else:
+                sampler = sampler._local_parent_sampled if parent.trace_flags.sampled \
+                    else sampler._local_parent_not_sampled
+            kind = type(sampler)
+        return sampler._decision if kind is self._static_sampler else None
 
     def _ready(self) -> bool:
         """The conditions above, re-checked cheaply: processors may be added to a provider later."""
@@ -75,19 +99,24 @@ class DirectSpans:
         else:
             trace_id = parent.trace_id
             random_trace_id = parent.trace_flags.random_trace_id
-        kind = trace_api.SpanKind.INTERNAL
-        sampling = tracer.sampler.should_sample(parent_context, trace_id, name, kind, attributes, ())
-        if not sampling.decision.is_recording():
+        kind = _INTERNAL
+        decision = self._static_decision(tracer.sampler, parent)
+        if decision is None:
+            sampling = tracer.sampler.should_sample(parent_context, trace_id, name, kind, attributes, ())
+            decision, span_attributes, trace_state = sampling.decision, sampling.attributes, sampling.trace_state
+        else:          # what SamplingResult holds for these samplers: the given attributes, the parent's state
+            span_attributes = MappingProxyType(attributes)
+            trace_state = parent.trace_state if parent is not None else None
+        if decision is self._drop or not decision.is_recording():
             return True                 # what start_span gives: a non-recording span, nothing exported
         # as start_span: the span's attributes are the sampler's (the given ones, for the SDK's samplers)
-        flags = trace_api.TraceFlags.SAMPLED if sampling.decision.is_sampled() else trace_api.TraceFlags.DEFAULT
+        flags = _SAMPLED if decision is self._sampled or decision.is_sampled() else _DEFAULT
         if random_trace_id:
-            flags |= trace_api.TraceFlags.RANDOM_TRACE_ID
+            flags |= _RANDOM_TRACE_ID
         context = trace_api.SpanContext(trace_id, tracer.id_generator.generate_span_id(), is_remote=False,
-                                        trace_flags=trace_api.TraceFlags(flags),
-                                        trace_state=sampling.trace_state)
+                                        trace_flags=trace_api.TraceFlags(flags), trace_state=trace_state)
         span = self._sdk.ReadableSpan(
-            name=name, context=context, parent=parent, resource=tracer.resource, attributes=sampling.attributes,
+            name=name, context=context, parent=parent, resource=tracer.resource, attributes=span_attributes,
             kind=kind, instrumentation_info=tracer.instrumentation_info, start_time=start_ns,
             end_time=end_ns, instrumentation_scope=tracer._instrumentation_scope,
         )
