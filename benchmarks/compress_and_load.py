@@ -197,7 +197,7 @@ def bench_load(rate: int, seconds: float, store_dir: str, spans: bool = False, q
     print(f"sustained load: {calls} hook calls in {elapsed:.1f} s = {calls / elapsed:,.0f}/s from {threads} threads "
           f"({'spans + ' if spans else ''}metrics + store, queue {queue:,}); backlog at end {backlog}; process CPU {cpu / elapsed * 100:.0f}% of one core")
     print(f"  hook_calls counter total {total} (expected {calls}: {'exact' if total == calls else 'MISMATCH'}); "
-          f"store rows {rows} ({'exact' if rows == calls else 'MISMATCH'}); dropped {telemetry.recorder.dropped}")
+          f"store rows {rows} ({'exact' if rows == calls else 'MISMATCH'}); dropped {telemetry.recorder.dropped}; store rows dropped {telemetry.store.rows_dropped}, written {telemetry.store.rows_written}")
 
 
 def bench_memory(calls: int, store_dir: str) -> None:
