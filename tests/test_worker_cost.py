@@ -202,3 +202,28 @@ def test_direct_spans_decide_sampling_as_the_sdk_samplers_do():
                                 s.context.trace_id, s.parent, s.start_time,
                                 s.end_time) for s in exporter.get_finished_spans()])
             assert shapes[0] == shapes[1], (label, parent_label, trace_id)
+
+
+def test_direct_spans_take_each_spans_own_parent_when_parents_alternate():
+    """The parent of the last span is kept for the next one with the very same context object: the
+    parents must still be each span's own when contexts alternate."""
+    from observed_engine.worker.spans import DirectSpans
+
+    exporter = InMemorySpanExporter()
+    tp = TracerProvider()
+    tp.add_span_processor(SimpleSpanProcessor(exporter))
+    spans = DirectSpans(tp.get_tracer("observed_engine"))
+    parents = _parents()
+    order = ["root", "remote=False,sampled=True", "remote=False,sampled=True", "root", "remote=True,sampled=True",
+             "root", "root", "remote=False,sampled=True"]
+    empty = __import__("opentelemetry").context.get_current()
+    for label in order:
+        assert spans.emit("x", parents[label] if parents[label] is not None else empty, {"k": label}, 1, 2)
+    got = exporter.get_finished_spans()
+    assert [s.attributes["k"] for s in got] == order
+    for span in got:
+        if span.attributes["k"] == "root":
+            assert span.parent is None
+        else:
+            assert span.parent is not None and span.parent.span_id == 0x5678
+            assert span.parent.is_remote == (span.attributes["k"].startswith("remote=True"))

@@ -38,6 +38,7 @@ _NS = 1_000_000_000
 _QUIET_COMPONENTS = ("tracing", "metrics", "gauge")
 
 
+_as_hook_event = tuple.__new__     # HookEvent._make without its classmethod call and length check
 _SPAN_NAMES = tuple(a.hook_span_name(spec.name) for spec in HOOK_SPECS)   # by hook index
 
 _PACE_AFTER_S = 0.001     # the worker holds the GIL at most this long in one go ...
@@ -138,7 +139,7 @@ class EventProcessor:
                 held_since = clock()
             try:
                 if type(event[0]) is int:
-                    self._hook_event(HookEvent._make(event))
+                    self._hook_event(_as_hook_event(HookEvent, event))
                 else:
                     self._internal_event(event)
             except Exception as exc:
@@ -152,16 +153,17 @@ class EventProcessor:
     def _flush_batch(self) -> None:
         errors, drops = self.pipeline.take_pending_errors()
         for component, n in errors.items():
-            self._counts[("telemetry_errors", (("component", component),))] += n
+            self._counts[("telemetry_errors", "component", component)] += n
             if component in _QUIET_COMPONENTS:   # counted where they happen, without a log line
                 self._log_failure_once(component, None)
         for signal, n in drops.items():
-            self._counts[("telemetry_dropped", (("signal", signal),))] += n
+            self._counts[("telemetry_dropped", "signal", signal)] += n
         self._histograms.record_all(self._histogram_failed)
         counts, self._counts = self._counts, defaultdict(int)
-        for (key, attrs), n in counts.items():
+        for flat, n in counts.items():
+            key, k = flat[0], (len(flat) - 1) // 2
             try:
-                self.instruments[key].add(n, dict(attrs))
+                self.instruments[key].add(n, dict(zip(flat[1:1 + k], flat[1 + k:])))
             except Exception as exc:
                 if key in ("telemetry_errors", "telemetry_dropped"):
                     # not counted again: with a meter that always fails that would never end
@@ -177,7 +179,9 @@ class EventProcessor:
 
     def count(self, key: str, n: int = 1, **attrs) -> None:
         """Add ``n`` to the catalogue counter ``key`` (summed per batch, added once per batch)."""
-        self._counts[(key, tuple(attrs.items()))] += n
+        # flat (key, names..., values...): a tuple of strings hashes in a fraction of the time a
+        # tuple of pairs takes (tuple hashes are not cached), and this runs several times per event
+        self._counts[(key, *attrs, *attrs.values())] += n
 
     def log_once(self, key, msg, *args) -> None:
         if key in self._logged:
@@ -219,6 +223,11 @@ class EventProcessor:
         if not state:
             return
         prompt, threshold, window = state
+        if type(prompt) is int and type(threshold) is int and type(window) is int:
+            row["prompt_tokens"] = prompt if prompt > 0 else 0
+            row["threshold_tokens"] = threshold
+            row["window_tokens"] = window
+            return
         try:
             row["prompt_tokens"] = max(int(prompt), 0)
             row["threshold_tokens"] = int(threshold)
@@ -287,7 +296,7 @@ class EventProcessor:
     def _keys_for_call(self, label: str, hook: str, index: int, outcome: str) -> tuple:
         """The hook_calls counter key and the hook_duration histogram key of a call (kept per engine
         label, hook and outcome: the label set is bounded by max_label_values)."""
-        keys = (("hook_calls", (("engine", label), ("hook", hook), ("outcome", outcome))),
+        keys = (("hook_calls", "engine", "hook", "outcome", label, hook, outcome),
                 self._histograms.key(self.instruments.hook_duration, {"engine": label, "hook": hook}))
         self._call_keys[(label, index, outcome)] = keys
         return keys

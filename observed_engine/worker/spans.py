@@ -21,8 +21,10 @@ from opentelemetry import trace as trace_api
 
 _PLAIN = (str, bool, int, float)
 _INTERNAL = trace_api.SpanKind.INTERNAL
+_SpanContext = trace_api.SpanContext
 _SAMPLED, _DEFAULT = trace_api.TraceFlags.SAMPLED, trace_api.TraceFlags.DEFAULT
 _RANDOM_TRACE_ID = getattr(trace_api.TraceFlags, "RANDOM_TRACE_ID", 0)
+_TRACE_FLAGS: Dict[int, Any] = {}    # TraceFlags by value (immutable ints): one made per value
 
 
 class DirectSpans:
@@ -30,6 +32,9 @@ class DirectSpans:
         self._tracer = tracer
         self._usable = False
         self._checked_processors: Optional[tuple] = None
+        self._synchronous = False
+        self._last_parent_context: Any = None
+        self._last_parent: Any = None
         self._sdk = None
         if not type(tracer).__module__.startswith("opentelemetry.sdk."):
             return                      # not the SDK's tracer (and the SDK is not imported for it)
@@ -81,6 +86,7 @@ class DirectSpans:
             self._checked_processors = processors if ok else None
             if not ok:
                 return False
+            self._synchronous = type(multi) is self._sdk.SynchronousMultiSpanProcessor
         return isinstance(getattr(tracer, "_tracer_metrics", None), self._noop_metrics) and tracer._is_enabled()
 
     def emit(self, name: str, parent_context, attributes: Dict[str, Any], start_ns: int, end_ns: int) -> bool:
@@ -91,9 +97,14 @@ class DirectSpans:
             if type(value) not in _PLAIN:
                 return False            # let the SDK check and convert anything else
         tracer = self._tracer
-        parent = trace_api.get_current_span(parent_context).get_span_context()
-        if parent is None or not parent.is_valid:
-            parent = None
+        if parent_context is self._last_parent_context and parent_context is not None:
+            parent = self._last_parent        # contexts are immutable: the host's empty one, mostly
+        else:
+            parent = trace_api.get_current_span(parent_context).get_span_context()
+            if parent is None or not parent.is_valid:
+                parent = None
+            self._last_parent_context, self._last_parent = parent_context, parent
+        if parent is None:
             trace_id = tracer.id_generator.generate_trace_id()
             random_trace_id = tracer.id_generator.is_trace_id_random()
         else:
@@ -113,12 +124,18 @@ class DirectSpans:
         flags = _SAMPLED if decision is self._sampled or decision.is_sampled() else _DEFAULT
         if random_trace_id:
             flags |= _RANDOM_TRACE_ID
-        context = trace_api.SpanContext(trace_id, tracer.id_generator.generate_span_id(), is_remote=False,
-                                        trace_flags=trace_api.TraceFlags(flags), trace_state=trace_state)
+        trace_flags = _TRACE_FLAGS.get(flags)
+        if trace_flags is None:
+            trace_flags = _TRACE_FLAGS[flags] = trace_api.TraceFlags(flags)
+        context = _SpanContext(trace_id, tracer.id_generator.generate_span_id(), False, trace_flags, trace_state)
         span = self._sdk.ReadableSpan(
             name=name, context=context, parent=parent, resource=tracer.resource, attributes=span_attributes,
             kind=kind, instrumentation_info=tracer.instrumentation_info, start_time=start_ns,
             end_time=end_ns, instrumentation_scope=tracer._instrumentation_scope,
         )
-        tracer.span_processor.on_end(span)
+        if self._synchronous:
+            for processor in self._checked_processors:   # what SynchronousMultiSpanProcessor.on_end does
+                processor.on_end(span)
+        else:
+            tracer.span_processor.on_end(span)
         return True

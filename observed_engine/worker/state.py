@@ -12,6 +12,8 @@ def resolve(engine_class: type, raw: Optional[tuple]) -> Optional[Tuple[float, f
     """The STATE_FIELDS numbers, with class defaults filled in; None if any is not a plain number."""
     if raw is None:
         return None
+    if len(raw) == 3 and type(raw[0]) is int and type(raw[1]) is int and type(raw[2]) is int:
+        return raw    # the usual case: the instance holds three ints
     try:
         values = []
         for name, value in zip(STATE_FIELDS, raw):

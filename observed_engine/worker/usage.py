@@ -43,6 +43,9 @@ def parse_usage(usage: Any) -> Tuple[Dict[str, int], List[str]]:
             if key not in usage:
                 continue
             raw = usage[key]
+            if type(raw) is int and 0 <= raw <= MAX_TOKENS:     # the usual case, checked first
+                values[token_type] = raw
+                break
             if raw is None:
                 continue
             if isinstance(raw, bool) or not isinstance(raw, int):
