@@ -167,3 +167,17 @@ def test_the_worker_hands_the_sdk_one_measurement_per_engine_and_hook_of_a_batch
     assert count == n == len(stored) == sum(buckets)
     assert total == pytest.approx(sum(stored), rel=1e-12) and low == min(stored) and high == max(stored)
     mp.shutdown()
+
+
+def test_internals_that_are_not_there_send_every_value_through_record(monkeypatch):
+    """An SDK whose internals differ from what the self-test saw (an attribute the direct path reads
+    is missing) loses nothing: the group's other values go through record()."""
+    expected, _ = _record(direct=False)
+
+    def missing(self, instrument):
+        raise AttributeError("_instrument_view_instrument_matches")
+
+    monkeypatch.setattr(histograms, "_self_test_result", True)     # it passed, on a provider built earlier
+    monkeypatch.setattr(histograms._SdkInternals, "_matches", missing)
+    got, took_direct = _record(direct=True)
+    assert not any(took_direct) and got == expected

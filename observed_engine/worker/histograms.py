@@ -149,17 +149,23 @@ class _SdkInternals:
         for value in values:
             if not (type(value) is float or type(value) is int) or not math.isfinite(value) or value < 0:
                 return False            # record() warns about it and drops it: let it
-        matches = self._matches(instrument)
-        if matches is None:
-            return False
         # A delta collection swaps a match's points under its lock: those locks are held from the
         # lookup to the last add, or values could go into a point already collected. (A collection
         # holds one match lock at a time and record() as well: taking several cannot deadlock.)
-        held = [m._lock for m in matches if getattr(m, "_reset_on_collect", False)]
+        try:
+            matches = self._matches(instrument)
+            held = [m._lock for m in matches if getattr(m, "_reset_on_collect", False)] if matches else []
+        except Exception:       # internals not as the self-test saw them: record() for these values
+            return False
+        if matches is None:
+            return False
         for lock in held:
             lock.acquire()
         try:
-            points = [self._point(match, attributes) for match in matches]
+            try:
+                points = [self._point(match, attributes) for match in matches]
+            except Exception:   # as above; nothing was added yet
+                return False
             if None in points:
                 return False
             for point in points:
