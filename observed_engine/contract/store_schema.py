@@ -170,6 +170,8 @@ def schema_markdown() -> str:
         "Rows older than `observed.store.retention_days` (default 14) are deleted by the writer at most every "
         "10 minutes, 5,000 rows per transaction with a pause of 20 ms between two, so that deleting a large "
         "backlog never holds the write lock for long. Several processes may write one file: each batch is one `BEGIN IMMEDIATE` transaction and "
+        "its rows get the ids after the table's largest, in the order they came, inside that transaction (rows of one set of columns "
+        "are inserted together, by multi-row INSERTs); "
         "SQLite's busy timeout (5 s) serialises them. A failed batch (locked, read-only, full disk) is kept in "
         "memory up to the queue bound and retried; rows beyond the bound are dropped and counted in "
         "`hermes_context_engine_telemetry_dropped_total{signal=\"store_row\"}`.", "",
