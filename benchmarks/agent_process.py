@@ -303,6 +303,10 @@ def summarise(workload: str, runs: dict) -> None:
         row("  minus bare (paired) ms", {m: 1000 * _median([
             (o - b) if o is not None and b is not None else None
             for o, b in zip(first_compress[m], first_compress["bare"])]) for m in modes}, "{:+16.1f}")
+        paired = {m: [(o - b) for o, b in zip(first_compress[m], first_compress["bare"])
+                      if o is not None and b is not None] for m in modes}
+        row("  minus bare (paired mean) ms", {m: 1000 * sum(d) / len(d) if d else float("nan")
+                                              for m, d in paired.items()}, "{:+16.1f}")
         row("  longest stall in it ms", {m: 1000 * _median([
             next((t["stall_s"] for t in r["turns"] if t["compressed"]), None) for r in runs[m]]) for m in modes},
             "{:16.1f}")
