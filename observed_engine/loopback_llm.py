@@ -56,6 +56,10 @@ class LoopbackChatServer:
     def error_payload(self, status: int) -> Dict[str, Any]:
         return {"error": {"message": f"HTTP {status}"}}
 
+    def reply_model(self, body: Dict[str, Any]) -> str:
+        """The model an answer names: the requested one."""
+        return body.get("model") or self.default_model
+
     # -- lifecycle --------------------------------------------------------------------------
 
     @property
@@ -120,7 +124,7 @@ def _handler_for(server: LoopbackChatServer):
             message, usage = answer
             finish = "tool_calls" if message.get("tool_calls") else "stop"
             base = {"id": f"chatcmpl-{server.owner}-{time.time_ns()}", "created": int(time.time()),
-                    "model": body.get("model") or server.default_model}
+                    "model": server.reply_model(body)}
             if not body.get("stream"):
                 self._json(200, {**base, "object": "chat.completion", "usage": usage,
                                  "choices": [{"index": 0, "message": message, "finish_reason": finish}]})

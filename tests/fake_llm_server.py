@@ -7,7 +7,9 @@ after a few turns, and ``usage.prompt_tokens`` is the request's size in tokens
 (characters / 4), so it grows every turn as a real provider's would. A request
 whose messages contain the compressor's summariser preamble is answered with a
 summary text and counted in ``summary_requests``. ``GET /v1/models`` lists the
-model with its context length.
+model with its context length. The HTTP side is the package's
+``observed_engine.loopback_llm.LoopbackChatServer``, shared with the demo's and
+the replay's fake LLMs.
 
     with FakeLLMServer(model="fake-model", context_length=64_000) as server:
         server.base_url   # http://127.0.0.1:<port>/v1
@@ -18,8 +20,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Dict, List
+
+from observed_engine.loopback_llm import LoopbackChatServer, content_text
 
 SUMMARY_MARKER = "summarization agent"
 SUMMARY_TEXT = (
@@ -29,16 +32,14 @@ SUMMARY_TEXT = (
 )
 
 
-def _text_of(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return " ".join(str(part.get("text", "")) if isinstance(part, dict) else str(part)
-                        for part in content)
-    return "" if content is None else str(content)
+def _texts(body: Dict[str, Any]) -> List[str]:
+    return [content_text(m.get("content")) for m in body.get("messages") or [] if isinstance(m, dict)]
 
 
-class FakeLLMServer:
+class FakeLLMServer(LoopbackChatServer):
+    owner = "fake"
+    thread_name = "fake-llm"
+
     def __init__(self, model: str = "fake-model", context_length: int = 64_000,
                  reply_chars: int = 40_000, host: str = "127.0.0.1", port: int = 0, *,
                  summary_status: int = 200, summary_delay: float = 0.0, summary_model: str | None = None,
@@ -49,106 +50,38 @@ class FakeLLMServer:
         #   summary_model: the model the summary answers name (default: the requested one);
         #   cache: report prompt caching like OpenAI (usage.prompt_tokens_details.cached_tokens):
         #          the tokens of the leading messages equal to the previous chat request's.
+        super().__init__(host, port)
         self.summary_status = summary_status
         self.summary_delay = summary_delay
         self.summary_model = summary_model
         self.cache = cache
         self._previous_chat: List[str] = []
-        self.model = model
+        self.model = self.default_model = model
         self.context_length = context_length
         self.reply_chars = reply_chars
         self.requests: List[Dict[str, Any]] = []
         self.chat_requests: List[Dict[str, Any]] = []
         self.summary_requests: List[Dict[str, Any]] = []
-        self.paths: List[str] = []
         self._lock = threading.Lock()
         self._turn = 0
-        server = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
+    # -- what the shared server asks -----------------------------------------------
 
-            def log_message(self, *args):  # quiet
-                pass
+    def model_cards(self) -> List[Dict[str, Any]]:
+        return [{"id": self.model, "object": "model", "owned_by": self.owner,
+                 "context_length": self.context_length, "max_model_len": self.context_length}]
 
-            def _send_json(self, status: int, payload: Dict[str, Any]) -> None:
-                body = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+    def error_payload(self, status: int) -> Dict[str, Any]:     # an injected summariser failure
+        return {"error": {"message": f"fake summariser error {status}", "type": "invalid_request_error",
+                          "code": status}}
 
-            def do_GET(self):
-                server.paths.append(f"GET {self.path}")
-                if self.path.rstrip("/").endswith("/models"):
-                    self._send_json(200, {"object": "list", "data": [{
-                        "id": server.model, "object": "model", "owned_by": "fake",
-                        "context_length": server.context_length,
-                        "max_model_len": server.context_length,
-                    }]})
-                    return
-                self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+    def reply_model(self, body: Dict[str, Any]) -> str:
+        if self.summary_model and any(SUMMARY_MARKER in t for t in _texts(body)):
+            return self.summary_model
+        return super().reply_model(body)
 
-            def do_POST(self):
-                server.paths.append(f"POST {self.path}")
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b"{}"
-                try:
-                    body = json.loads(raw or b"{}")
-                except ValueError:
-                    self._send_json(400, {"error": {"message": "bad json"}})
-                    return
-                if not self.path.rstrip("/").endswith("/chat/completions"):
-                    self._send_json(404, {"error": {"message": f"no route {self.path}"}})
-                    return
-                content, usage = server._answer(body)
-                if content is None:      # an injected summariser failure
-                    self._send_json(usage, {"error": {"message": f"fake summariser error {usage}",
-                                                      "type": "invalid_request_error", "code": usage}})
-                    return
-                if usage.pop("_summary", False) and server.summary_model:
-                    body = {**body, "model": server.summary_model}
-                if body.get("stream"):
-                    self._stream(body, content, usage)
-                else:
-                    self._send_json(200, {
-                        "id": f"chatcmpl-{time.time_ns()}", "object": "chat.completion",
-                        "created": int(time.time()), "model": body.get("model") or server.model,
-                        "choices": [{"index": 0, "finish_reason": "stop",
-                                     "message": {"role": "assistant", "content": content}}],
-                        "usage": usage,
-                    })
-
-            def _stream(self, body, content, usage):
-                self.send_response(200)
-                self.send_header("Content-Type", "text/event-stream")
-                self.send_header("Cache-Control", "no-cache")
-                self.send_header("Connection", "close")
-                self.end_headers()
-                base = {"id": f"chatcmpl-{time.time_ns()}", "object": "chat.completion.chunk",
-                        "created": int(time.time()), "model": body.get("model") or server.model}
-                chunks = [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}]
-                step = 8192
-                for i in range(0, len(content), step):
-                    chunks.append({"index": 0, "delta": {"content": content[i:i + step]}, "finish_reason": None})
-                chunks.append({"index": 0, "delta": {}, "finish_reason": "stop"})
-                for choice in chunks:
-                    self.wfile.write(b"data: " + json.dumps({**base, "choices": [choice]}).encode() + b"\n\n")
-                self.wfile.write(b"data: " + json.dumps({**base, "choices": [], "usage": usage}).encode() + b"\n\n")
-                self.wfile.write(b"data: [DONE]\n\n")
-                self.wfile.flush()
-                self.close_connection = True
-
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="fake-llm", daemon=True)
-
-    # -- behaviour ---------------------------------------------------------------
-
-    def _answer(self, body: Dict[str, Any]):
-        messages = body.get("messages") or []
-        texts = [_text_of(m.get("content")) for m in messages if isinstance(m, dict)]
+    def respond(self, body: Dict[str, Any]):
+        texts = _texts(body)
         prompt_chars = sum(len(t) for t in texts) + len(json.dumps(body.get("tools") or []))
         is_summary = any(SUMMARY_MARKER in t for t in texts)
         cached_chars = 0
@@ -157,7 +90,7 @@ class FakeLLMServer:
             if is_summary:
                 self.summary_requests.append(body)
                 if self.summary_status != 200:
-                    return None, self.summary_status
+                    return self.summary_status
                 content = SUMMARY_TEXT
             else:
                 if self.cache:
@@ -177,33 +110,12 @@ class FakeLLMServer:
                  "total_tokens": prompt_tokens + completion_tokens}
         if self.cache and not is_summary:
             usage["prompt_tokens_details"] = {"cached_tokens": min(cached_chars // 4, prompt_tokens)}
-        if is_summary:
-            usage["_summary"] = True
-            if self.summary_delay:
-                time.sleep(self.summary_delay)
-        return content, usage
+        if is_summary and self.summary_delay:
+            time.sleep(self.summary_delay)
+        return {"role": "assistant", "content": content}, usage
 
     # -- lifecycle -----------------------------------------------------------------
 
     @property
     def port(self) -> int:
         return self._httpd.server_address[1]
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    def start(self) -> "FakeLLMServer":
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-        self._thread.join(timeout=5)
-
-    def __enter__(self) -> "FakeLLMServer":
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
