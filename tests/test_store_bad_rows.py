@@ -147,3 +147,38 @@ def test_a_locked_file_still_keeps_and_retries_a_batch_with_a_bad_row(tmp_path, 
     assert [(r["prompt_tokens"], r["session"]) for r in read_rows(path)] == [(0, None), (1, None), (3, "s\ufffd")]
     messages = [r.getMessage() for r in _store_records(caplog)]
     assert len([m for m in messages if "failed (write)" in m and "locked" in m]) == 1, messages
+
+
+def test_named_rows_that_cannot_be_stored_are_skipped_and_the_others_keep_their_order(tmp_path):
+    """The worker's rows (store_schema.row_from) in every broken form next to good ones, in one batch:
+    a name twice, more names than values, an unhashable name, a non-string name, a value SQLite cannot
+    store. The broken ones are skipped and counted, the good ones written in the order they came."""
+    from observed_engine.contract.store_schema import row_from
+
+    def good(i, **extra):
+        return row_from(dict(ts=time.time(), engine="e", hook="should_compress", event="call",
+                             prompt_tokens=i, **extra))
+
+    counts = Counts()
+    path = tmp_path / "named.sqlite"
+    writer = StoreWriter(path, flush_interval=0.05, on_error=counts.on_error, on_drop=counts.on_drop)
+    try:
+        writer.submit([
+            good(0),
+            (("ts", "event", "ts"), (time.time(), "call", time.time())),          # a name twice
+            good(1, decision="skip"),
+            (("ts", "event", "engine"), (time.time(), "call")),                    # fewer values than names
+            ((["ts"], "event"), (time.time(), "call")),                            # an unhashable name
+            good(2, session="s\udcff"),                                            # repaired, kept
+            ((1, "event"), (time.time(), "call")),                                 # not a string: left out -> no ts
+            good(3, not_a_column="dropped"),
+            ((), ()),                                                              # nothing at all
+            good(4),
+        ])
+        assert writer.flush(10)
+    finally:
+        writer.close()
+    rows = read_rows(path)
+    assert [r["prompt_tokens"] for r in rows] == [0, 1, 2, 3, 4]
+    assert rows[2]["session"] == "s\ufffd" and rows[1]["decision"] == "skip"
+    assert writer.rows_dropped == 5 == sum(counts.drops)

@@ -290,6 +290,8 @@ class _Statements:
             kept = tuple(names[i] for i in known)
             if len(set(kept)) != len(kept):
                 raise ValueError("a store row names a column twice")
+            if not kept:     # (an INSERT naming no column is not even SQL: it would fail as a file error)
+                raise ValueError("a store row names no column")
             pick = None if len(known) == len(names) else known
             found = self._by_names[names] = (("id", *kept), insert_sql(kept), pick)
         return found
