@@ -99,27 +99,6 @@ def _helper_cpu() -> float:
     return total
 
 
-def _declare_entry_point() -> None:
-    """The plugin's entry point as ``observed-engine install --route entrypoint`` declares it, for
-    this process only (the shared virtualenv is left as it is); Hermes' own loader finds it."""
-    import importlib.metadata as md
-
-    group = "hermes_agent.plugins"
-    if any(ep.name == "observed" for ep in md.entry_points(group=group)):
-        return
-    ep = md.EntryPoint(name="observed", value="observed_engine.hermes_plugin", group=group)
-    real = md.entry_points
-
-    def entry_points(**params):
-        if params:
-            return md.EntryPoints(list(real(**params)) + list(md.EntryPoints([ep]).select(**params)))
-        groups = real()
-        flat = [e for eps in groups.values() for e in eps] if isinstance(groups, dict) else list(groups)
-        return md.EntryPoints(flat + [ep])
-
-    md.entry_points = entry_points
-
-
 class StallProbe:
     """A thread that sleeps 1 ms at a time and notes how late it wakes: how long a thread that wants
     the GIL back (as the host's does when its provider answers) waits for it, plus the OS's own
@@ -155,7 +134,9 @@ def child(mode: str, workload: str, turns: int) -> None:
     t_start, c_start = time.perf_counter(), cpu()
     observer = {"import_cpu_s": 0.0, "build_cpu_s": 0.0}
     if mode != "bare":
-        _declare_entry_point()
+        from support.entry_points import simulate_observed_entry_point
+
+        simulate_observed_entry_point(setattr)   # as `install --route entrypoint` declares it, this process only
         # the observer's imports, ahead of Hermes' (modules Hermes imports anyway are charged here too)
         c0 = cpu()
         import observed_engine.api as api

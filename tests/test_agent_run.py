@@ -13,7 +13,6 @@ describe it with the inner engine's name, "compressor".
 from __future__ import annotations
 
 import functools
-import importlib.metadata as md
 import os
 import shutil
 import sqlite3
@@ -26,6 +25,7 @@ import pytest
 import observed_engine
 from observed_engine import is_observed
 from observed_engine import plugin as plugin_side   # register() (re-exported by hermes_plugin) looks build_engine up here
+from support.entry_points import simulate_observed_entry_point
 from support.otel import Providers
 from support.servers import free_port, scrape
 
@@ -34,7 +34,6 @@ from fake_llm_server import FakeLLMServer  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
-GROUP = "hermes_agent.plugins"
 MODEL = "fake-model"
 CONTEXT_LENGTH = 64_000      # Hermes' minimum; threshold 85% = 54,400 tokens
 TURNS = 8
@@ -68,22 +67,6 @@ def hermes_env(tmp_path, monkeypatch):
     for name in [n for n in sys.modules if n.startswith("plugins.context_engine.")]:
         if name not in before:
             sys.modules.pop(name, None)
-
-
-def _ensure_entry_point(monkeypatch) -> None:
-    if any(ep.name == "observed" for ep in md.entry_points(group=GROUP)):
-        return
-    ep = md.EntryPoint(name="observed", value="observed_engine.hermes_plugin", group=GROUP)
-    real = md.entry_points
-
-    def entry_points(**params):
-        if params:
-            return md.EntryPoints(list(real(**params)) + list(md.EntryPoints([ep]).select(**params)))
-        groups = real()
-        flat = [e for eps in groups.values() for e in eps] if isinstance(groups, dict) else list(groups)
-        return md.EntryPoints(flat + [ep])
-
-    monkeypatch.setattr(md, "entry_points", entry_points)
 
 
 def _write_config(home: Path, llm: FakeLLMServer, *, route: str, prometheus_port: int | None) -> None:
@@ -203,7 +186,7 @@ def test_agent_run_entry_point_route(hermes_env, llm, monkeypatch):
     """General plugin route (plugins.enabled: [observed]); spans and metrics read
     from SDK providers handed to observe() through the plugin's build_engine."""
     home, _engines = hermes_env
-    _ensure_entry_point(monkeypatch)
+    simulate_observed_entry_point(monkeypatch.setattr)
     _write_config(home, llm, route="entrypoint", prometheus_port=None)
     providers = Providers()
     monkeypatch.setattr(plugin_side, "build_engine", functools.partial(

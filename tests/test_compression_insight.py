@@ -11,7 +11,6 @@ do), so Hermes records the summariser's usage itself, which the worker reads rea
 from __future__ import annotations
 
 import functools
-import importlib.metadata as md
 import os
 import re
 import sqlite3
@@ -23,6 +22,7 @@ import pytest
 
 import observed_engine
 from observed_engine import plugin as plugin_side
+from support.entry_points import simulate_observed_entry_point
 from support.otel import Providers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -32,7 +32,6 @@ MODEL = "fake-model"
 SUMMARISER = "fake-summariser"
 CONTEXT_LENGTH = 64_000      # threshold 85 % = 54,400 tokens
 THRESHOLD = 54_400
-GROUP = "hermes_agent.plugins"
 
 
 @pytest.fixture
@@ -50,17 +49,7 @@ def hermes_env(tmp_path, monkeypatch):
     (tmp_path / "context_engine").mkdir()
     monkeypatch.setattr(pce, "_CONTEXT_ENGINE_PLUGINS_DIR", tmp_path / "context_engine")
     before = {n for n in sys.modules if n.startswith("plugins.context_engine.")}
-    if not any(ep.name == "observed" for ep in md.entry_points(group=GROUP)):
-        ep = md.EntryPoint(name="observed", value="observed_engine.hermes_plugin", group=GROUP)
-        real = md.entry_points
-
-        def entry_points(**params):
-            if params:
-                return md.EntryPoints(list(real(**params)) + list(md.EntryPoints([ep]).select(**params)))
-            groups = real()
-            flat = [e for eps in groups.values() for e in eps] if isinstance(groups, dict) else list(groups)
-            return md.EntryPoints(flat + [ep])
-        monkeypatch.setattr(md, "entry_points", entry_points)
+    simulate_observed_entry_point(monkeypatch.setattr)
     providers = Providers()
     monkeypatch.setattr(plugin_side, "build_engine", functools.partial(
         plugin_side.build_engine, tracer_provider=providers.tracer_provider,

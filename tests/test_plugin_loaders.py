@@ -28,6 +28,8 @@ import pytest
 import observed_engine
 from observed_engine import hermes_plugin, is_observed
 
+from support.entry_points import simulate_observed_entry_point
+
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
 GROUP = "hermes_agent.plugins"
@@ -125,28 +127,10 @@ def fresh_plugin_manager(monkeypatch):
     return hp
 
 
-def _ours_installed() -> bool:
-    return any(ep.name == "observed" and ep.value == "observed_engine.hermes_plugin"
-               for ep in md.entry_points(group=GROUP))
-
-
 @pytest.fixture
 def observed_entry_point(monkeypatch):
     """The entry point `install --route entrypoint` wrote if present, else a simulated one."""
-    if _ours_installed():
-        return "installed"
-    ep = md.EntryPoint(name="observed", value="observed_engine.hermes_plugin", group=GROUP)
-    real = md.entry_points
-
-    def entry_points(**params):
-        if params:
-            return md.EntryPoints(list(real(**params)) + list(md.EntryPoints([ep]).select(**params)))
-        groups = real()   # SelectableGroups (a dict) on 3.11, EntryPoints on 3.12+
-        flat = [e for eps in groups.values() for e in eps] if isinstance(groups, dict) else list(groups)
-        return md.EntryPoints(flat + [ep])
-
-    monkeypatch.setattr(md, "entry_points", entry_points)
-    return "simulated"
+    return "simulated" if simulate_observed_entry_point(monkeypatch.setattr) else "installed"
 
 
 def assert_observed(engine, inner_cls_name: str):

@@ -95,3 +95,35 @@ def isolated_plugin_host(tmp_path: Path, monkeypatch):
     monkeypatch.setattr(hp, "_plugin_manager", None)
     monkeypatch.setattr(oplugin, "_gate_notices", set())
     return home
+
+
+def observed_entry_point_declared() -> bool:
+    """Is observed-engine's ``observed`` plugin entry point declared (as ``install --route entrypoint``
+    writes it) in this environment?"""
+    import importlib.metadata as md
+
+    return any(ep.name == "observed" and ep.value == "observed_engine.hermes_plugin"
+               for ep in md.entry_points(group=GROUP))
+
+
+def simulate_observed_entry_point(patch) -> bool:
+    """Unless it is declared already, make ``importlib.metadata.entry_points`` also answer the
+    ``observed`` entry point, for this process only (the shared virtualenv is left as it is): Hermes'
+    own loader then finds it. ``patch(md, "entry_points", replacement)`` installs it (a test's
+    ``monkeypatch.setattr``, or ``setattr``). True when it was simulated."""
+    import importlib.metadata as md
+
+    if observed_entry_point_declared():
+        return False
+    ep = md.EntryPoint(name="observed", value="observed_engine.hermes_plugin", group=GROUP)
+    real = md.entry_points
+
+    def entry_points(**params):
+        if params:
+            return md.EntryPoints(list(real(**params)) + list(md.EntryPoints([ep]).select(**params)))
+        groups = real()   # SelectableGroups (a dict) on 3.11, EntryPoints on 3.12+
+        flat = [e for eps in groups.values() for e in eps] if isinstance(groups, dict) else list(groups)
+        return md.EntryPoints(flat + [ep])
+
+    patch(md, "entry_points", entry_points)
+    return True
