@@ -13,7 +13,6 @@ describe it with the inner engine's name, "compressor".
 from __future__ import annotations
 
 import functools
-import os
 import shutil
 import sqlite3
 import sys
@@ -25,7 +24,7 @@ import pytest
 import observed_engine
 from observed_engine import is_observed
 from observed_engine import plugin as plugin_side   # register() (re-exported by hermes_plugin) looks build_engine up here
-from support.entry_points import simulate_observed_entry_point
+from support.entry_points import hermes_agent_home, simulate_observed_entry_point
 from support.otel import Providers
 from support.servers import free_port, scrape
 
@@ -47,26 +46,8 @@ def llm():
 
 @pytest.fixture
 def hermes_env(tmp_path, monkeypatch):
-    home = tmp_path / "hermes-home"
-    home.mkdir()
-    monkeypatch.setenv("HERMES_HOME", str(home))
-    for var in list(os.environ):
-        if var.startswith("OTEL_") or var.endswith("_API_KEY") or var in ("HERMES_SAFE_MODE",):
-            monkeypatch.delenv(var, raising=False)
-    import hermes_cli.plugins as hp
-    import plugins.context_engine as pce
-
-    monkeypatch.setattr(hp, "_plugin_manager", None)      # fresh plugin discovery
-    engines = tmp_path / "context_engine"                   # stand-in for Hermes' bundled dir
-    engines.mkdir()
-    monkeypatch.setattr(pce, "_CONTEXT_ENGINE_PLUGINS_DIR", engines)
-    before = {n for n in sys.modules if n.startswith("plugins.context_engine.")}
-    observed_engine.shutdown(5)
-    yield home, engines
-    observed_engine.shutdown(5)
-    for name in [n for n in sys.modules if n.startswith("plugins.context_engine.")]:
-        if name not in before:
-            sys.modules.pop(name, None)
+    with hermes_agent_home(tmp_path, monkeypatch) as env:
+        yield env
 
 
 def _write_config(home: Path, llm: FakeLLMServer, *, route: str, prometheus_port: int | None) -> None:

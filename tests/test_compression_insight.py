@@ -22,7 +22,7 @@ import pytest
 
 import observed_engine
 from observed_engine import plugin as plugin_side
-from support.entry_points import simulate_observed_entry_point
+from support.entry_points import hermes_agent_home, simulate_observed_entry_point
 from support.otel import Providers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -36,32 +36,17 @@ THRESHOLD = 54_400
 
 @pytest.fixture
 def hermes_env(tmp_path, monkeypatch):
-    home = tmp_path / "hermes-home"
-    home.mkdir()
-    monkeypatch.setenv("HERMES_HOME", str(home))
-    for var in list(os.environ):
-        if var.startswith("OTEL_") or var.endswith("_API_KEY") or var in ("HERMES_SAFE_MODE",):
-            monkeypatch.delenv(var, raising=False)
-    import hermes_cli.plugins as hp
-    import plugins.context_engine as pce
-
-    monkeypatch.setattr(hp, "_plugin_manager", None)                 # fresh plugin discovery
-    (tmp_path / "context_engine").mkdir()
-    monkeypatch.setattr(pce, "_CONTEXT_ENGINE_PLUGINS_DIR", tmp_path / "context_engine")
-    before = {n for n in sys.modules if n.startswith("plugins.context_engine.")}
-    simulate_observed_entry_point(monkeypatch.setattr)
-    providers = Providers()
-    monkeypatch.setattr(plugin_side, "build_engine", functools.partial(
-        plugin_side.build_engine, tracer_provider=providers.tracer_provider,
-        meter_provider=providers.meter_provider))
-    observed_engine.shutdown(5)
-    _forget_unhealthy_providers()
-    yield home, providers
-    _forget_unhealthy_providers()
-    observed_engine.shutdown(5)
-    providers.shutdown()
-    for name in [n for n in sys.modules if n.startswith("plugins.context_engine.") and n not in before]:
-        sys.modules.pop(name, None)
+    with hermes_agent_home(tmp_path, monkeypatch) as (home, _engines):
+        simulate_observed_entry_point(monkeypatch.setattr)
+        providers = Providers()
+        monkeypatch.setattr(plugin_side, "build_engine", functools.partial(
+            plugin_side.build_engine, tracer_provider=providers.tracer_provider,
+            meter_provider=providers.meter_provider))
+        _forget_unhealthy_providers()
+        yield home, providers
+        _forget_unhealthy_providers()
+        observed_engine.shutdown(5)          # before its providers
+        providers.shutdown()
 
 
 def _forget_unhealthy_providers() -> None:

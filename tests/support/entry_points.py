@@ -5,6 +5,7 @@ pip-installed packages."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import textwrap
 from pathlib import Path
@@ -127,3 +128,31 @@ def simulate_observed_entry_point(patch) -> bool:
 
     patch(md, "entry_points", entry_points)
     return True
+
+
+@contextlib.contextmanager
+def hermes_agent_home(tmp_path: Path, monkeypatch):
+    """For a real AIAgent run: ``isolated_plugin_host`` without provider API keys either, an empty
+    directory standing in for Hermes' bundled context-engine plugins, observed-engine shut down
+    before and after, and the ``plugins.context_engine.*`` modules the run imported forgotten.
+    Yields (the Hermes home, the stand-in plugins directory)."""
+    import os
+
+    import plugins.context_engine as pce
+
+    import observed_engine
+
+    home = isolated_plugin_host(tmp_path, monkeypatch)
+    for var in list(os.environ):
+        if var.endswith("_API_KEY"):
+            monkeypatch.delenv(var, raising=False)
+    engines = tmp_path / "context_engine"
+    engines.mkdir()
+    monkeypatch.setattr(pce, "_CONTEXT_ENGINE_PLUGINS_DIR", engines)
+    before = {n for n in sys.modules if n.startswith("plugins.context_engine.")}
+    observed_engine.shutdown(5)
+    try:
+        yield home, engines
+    finally:
+        observed_engine.shutdown(5)
+        forget_modules(*[n for n in sys.modules if n.startswith("plugins.context_engine.") and n not in before])
