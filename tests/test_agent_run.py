@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import shutil
-import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -27,6 +26,7 @@ from observed_engine import plugin as plugin_side   # register() (re-exported by
 from support.entry_points import hermes_agent_home, simulate_observed_entry_point
 from support.otel import Providers
 from support.servers import free_port, scrape
+from support.store_rows import read_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_llm_server import FakeLLMServer  # noqa: E402
@@ -103,12 +103,7 @@ def _chat(agent, llm: FakeLLMServer):
 def _store_rows(home: Path):
     path = home / "observed" / "telemetry.sqlite"
     assert path.exists(), f"no store at {path}"
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute("SELECT * FROM events ORDER BY ts")]
-    finally:
-        conn.close()
+    return read_rows(path, order="ts")
 
 
 def _assert_run(agent, llm, turns, home):

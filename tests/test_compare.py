@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import json
-import sqlite3
 import sys
 import textwrap
 from contextlib import redirect_stderr, redirect_stdout
@@ -28,6 +27,7 @@ from observed_engine.compare import CompareError, run_compare
 from observed_engine.compare.sessions import read_conversations
 from observed_engine.pipeline import Registry
 from support.llm import install_llm
+from support.store_rows import read_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_llm_server import FakeLLMServer  # noqa: E402
@@ -76,12 +76,7 @@ RAISING_ENGINE = textwrap.dedent('''
 
 
 def _rows(path: Path):
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute("SELECT * FROM events ORDER BY ts")]
-    finally:
-        conn.close()
+    return read_rows(path, order="ts")
 
 
 def _record(base: Path, *, in_place: bool = True) -> dict:

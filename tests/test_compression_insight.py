@@ -24,6 +24,7 @@ import observed_engine
 from observed_engine import plugin as plugin_side
 from support.entry_points import hermes_agent_home, simulate_observed_entry_point
 from support.otel import Providers
+from support.store_rows import read_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_llm_server import FakeLLMServer  # noqa: E402
@@ -92,12 +93,7 @@ def _chat(agent, turns: int = 8):
 
 
 def _rows(home: Path):
-    conn = sqlite3.connect(f"file:{home / 'observed' / 'telemetry.sqlite'}?mode=ro", uri=True)
-    conn.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in conn.execute("SELECT * FROM events ORDER BY ts, id")]
-    finally:
-        conn.close()
+    return read_rows(home / "observed" / "telemetry.sqlite", order="ts, id")
 
 
 def _blocked(providers: Providers):
