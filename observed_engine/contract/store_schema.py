@@ -112,14 +112,14 @@ def add_column_sql(column: str) -> str:
     return f"ALTER TABLE events ADD COLUMN {column} {column_type(column).replace(' NOT NULL', '')}"
 
 
-INSERT_SQL = f"INSERT INTO events ({', '.join(COLUMNS)}) VALUES ({', '.join('?' for _ in COLUMNS)})"
+def insert_sql(names: Sequence[str], rows: int = 1) -> str:
+    """The INSERT of ``rows`` ``events`` rows that give only the columns ``names`` (each in COLUMNS,
+    or ``id``; the others are NULL)."""
+    one = f"({', '.join('?' for _ in names)})"
+    return f"INSERT INTO events ({', '.join(names)}) VALUES {', '.join([one] * rows)}"
 
 
-def insert_sql(names: Sequence[str], with_id: bool = False) -> str:
-    """The INSERT of an ``events`` row that gives only the columns ``names`` (each must be in
-    COLUMNS; the others are NULL), with an explicit ``id`` first when ``with_id``."""
-    names = ("id", *names) if with_id else tuple(names)
-    return f"INSERT INTO events ({', '.join(names)}) VALUES ({', '.join('?' for _ in names)})"
+INSERT_SQL = insert_sql(COLUMNS)     # a full-width row, in COLUMNS order
 
 
 # A stale -wal/-shm without its main file is moved to NAME-wal.orphaned / NAME-shm.orphaned.

@@ -247,7 +247,7 @@ def _storable(row):
 
 
 def _is_named_row(row) -> bool:
-    """A row as ``store_schema.make_row`` makes it: (column names, values)."""
+    """A row as ``store_schema.row_from`` makes it: (column names, values)."""
     return type(row) is tuple and len(row) == 2 and type(row[0]) is tuple and isinstance(row[1], (tuple, list))
 
 
@@ -314,6 +314,26 @@ class _Statements:
             return without_id, values
         return with_id, (row_id, *values)
 
+    def grouped(self, rows: list, row_id: int) -> dict:
+        """{columns with ``id`` first: the parameters of its rows}, the rows getting the ids after
+        ``row_id`` in their order."""
+        groups: dict = {}
+        known = self._by_names.get
+        for row in rows:
+            row_id += 1
+            # the worker's rows, of a shape seen before: what bind() does, without its checks and calls
+            found = known(row[0]) if type(row) is tuple and len(row) == 2 and type(row[0]) is tuple else None
+            if found is not None and found[2] is None and type(row[1]) is tuple and len(row[1]) == len(row[0]):
+                columns, params = found[0], (row_id, *row[1])
+            else:
+                columns, params = self.bind(row, row_id)
+            group = groups.get(columns)
+            if group is None:
+                groups[columns] = [params]
+            else:
+                group.append(params)
+        return groups
+
     def insert_all(self, conn: sqlite3.Connection, columns: tuple, params: list) -> None:
         """Insert the rows ``params`` (each in ``columns`` order) in as few statements as fit."""
         per = self.MAX_ROWS
@@ -326,9 +346,7 @@ class _Statements:
                 k //= 2
             sql = self._many.get((columns, k))
             if sql is None:
-                one = "(" + ", ".join("?" * len(columns)) + ")"
-                sql = self._many[(columns, k)] = (f"INSERT INTO events ({', '.join(columns)}) VALUES "
-                                                  + ", ".join([one] * k))
+                sql = self._many[(columns, k)] = insert_sql(columns, k)
             conn.execute(sql, list(chain.from_iterable(params[i:i + k])) if k > 1 else params[i])
             i += k
 
@@ -724,22 +742,7 @@ class StoreWriter:
         this write transaction, so another process's writer cannot take them), so the table's
         order is the arrival order, as if the rows had been inserted one after the other."""
         row_id = conn.execute("SELECT COALESCE(MAX(id), 0) FROM events").fetchone()[0]
-        groups: dict = {}
-        bind = self._statements.bind
-        known = self._statements._by_names.get
-        for row in rows:
-            row_id += 1
-            # the worker's rows, of a shape seen before: what bind() does, without its checks and calls
-            found = known(row[0]) if type(row) is tuple and len(row) == 2 and type(row[0]) is tuple else None
-            if found is not None and found[2] is None and type(row[1]) is tuple and len(row[1]) == len(row[0]):
-                columns, params = found[0], (row_id, *row[1])
-            else:
-                columns, params = bind(row, row_id)
-            group = groups.get(columns)
-            if group is None:
-                groups[columns] = [params]
-            else:
-                group.append(params)
+        groups = self._statements.grouped(rows, row_id)
         for columns, params in groups.items():
             self._statements.insert_all(conn, columns, params)
         return len(rows)

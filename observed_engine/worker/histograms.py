@@ -42,7 +42,7 @@ class HistogramBatch:
         self._sdk_checked = False
 
     def add(self, instrument: Any, value: float, attributes: Dict[str, Any]) -> None:
-        self.add_keyed((instrument, tuple(attributes.items())), value)
+        self.add_keyed(self.key(instrument, attributes), value)
 
     @staticmethod
     def key(instrument: Any, attributes: Dict[str, Any]) -> tuple:

@@ -306,6 +306,7 @@ class EventProcessor:
         if mem.session_id is not None:
             base[a.CONVERSATION_ID] = mem.session_id
         base.update(attrs)
+        end = ev.t1 + self.offset_ns      # epoch ns (_epoch)
         try:
             if spec.kind in LIVE_SPAN_KINDS:
                 span = ev.span_or_parent
@@ -313,15 +314,13 @@ class EventProcessor:
                     return
                 span.set_attributes(base)
             else:
-                name = _SPAN_NAMES[ev.hook]
-                if ev.exc is None and self._direct_spans.emit(name, ev.span_or_parent, base,
-                                                              ev.t0 + self.offset_ns, ev.t1 + self.offset_ns):
+                name, start = _SPAN_NAMES[ev.hook], ev.t0 + self.offset_ns
+                if ev.exc is None and self._direct_spans.emit(name, ev.span_or_parent, base, start, end):
                     return
-                span = self.tracer.start_span(name, context=ev.span_or_parent,
-                                              start_time=self._epoch(ev.t0), attributes=base)
+                span = self.tracer.start_span(name, context=ev.span_or_parent, start_time=start, attributes=base)
             if ev.exc is not None:
                 self._record_exception(span, ev.exc, ev.t1)
-            span.end(end_time=self._epoch(ev.t1))
+            span.end(end_time=end)
         except Exception as exc:
             self._telemetry_failed("tracing", exc)
 

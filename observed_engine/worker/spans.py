@@ -51,7 +51,6 @@ class DirectSpans:
         self._exporting = (sdk_export.BatchSpanProcessor, sdk_export.SimpleSpanProcessor)
         self._noop_metrics = NoOpTracerMetrics
         self._static_sampler, self._parent_based = sampling.StaticSampler, sampling.ParentBased
-        self._drop, self._sampled = sampling.Decision.DROP, sampling.Decision.RECORD_AND_SAMPLE
         self._usable = True
 
     def _static_decision(self, sampler, parent):
@@ -118,10 +117,10 @@ class DirectSpans:
         else:          # what SamplingResult holds for these samplers: the given attributes, the parent's state
             span_attributes = MappingProxyType(attributes)
             trace_state = parent.trace_state if parent is not None else None
-        if decision is self._drop or not decision.is_recording():
+        if not decision.is_recording():
             return True                 # what start_span gives: a non-recording span, nothing exported
         # as start_span: the span's attributes are the sampler's (the given ones, for the SDK's samplers)
-        flags = _SAMPLED if decision is self._sampled or decision.is_sampled() else _DEFAULT
+        flags = _SAMPLED if decision.is_sampled() else _DEFAULT
         if random_trace_id:
             flags |= _RANDOM_TRACE_ID
         trace_flags = _TRACE_FLAGS.get(flags)
