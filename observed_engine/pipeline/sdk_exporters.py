@@ -174,14 +174,27 @@ def _otlp_exporters(settings: Settings):
             kw["endpoint"] = endpoint
             kw["insecure"] = endpoint.startswith("http://") or "://" not in endpoint
         return OTLPSpanExporter(**kw), OTLPMetricExporter(**kw)
-    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+    base = endpoint.rstrip("/") if endpoint else None
+    return (_otlp_http_class("traces")(endpoint=f"{base}/v1/traces" if base else None, timeout=timeout),
+            _otlp_http_class("metrics")(endpoint=f"{base}/v1/metrics" if base else None, timeout=timeout))
 
-    if endpoint:
-        base = endpoint.rstrip("/")
-        return (OTLPSpanExporter(endpoint=base + "/v1/traces", timeout=timeout),
-                OTLPMetricExporter(endpoint=base + "/v1/metrics", timeout=timeout))
-    return OTLPSpanExporter(timeout=timeout), OTLPMetricExporter(timeout=timeout)
+
+def _otlp_http_class(signal: str):
+    """The OTLP/HTTP exporter class for ``signal`` ("traces" or "metrics"): ours (``otlp_http``: no
+    protobuf to import), unless the environment asks for what only the official exporter does."""
+    from . import otlp_http
+
+    why = otlp_http.official_exporter_needed(signal)
+    if why is None:
+        return otlp_http.OtlpHttpSpanExporter if signal == "traces" else otlp_http.OtlpHttpMetricExporter
+    logger.info("observed-engine: OTLP/HTTP %s sent by opentelemetry-exporter-otlp-proto-http: %s", signal, why)
+    if signal == "traces":
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        return OTLPSpanExporter
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+    return OTLPMetricExporter
 
 
 class RepeatedRecordFilter(logging.Filter):
@@ -217,6 +230,7 @@ class RepeatedRecordFilter(logging.Filter):
 
 
 OTLP_EXPORTER_LOGGERS = (
+    "observed_engine.exporters.otlp",
     "opentelemetry.exporter.otlp.proto.grpc.exporter",
     "opentelemetry.exporter.otlp.proto.http.trace_exporter",
     "opentelemetry.exporter.otlp.proto.http.metric_exporter",
