@@ -115,6 +115,8 @@ def _any_value(value: Any) -> bytes:
 
 
 def _key_value(key: str, value: Any) -> bytes:
+    if isinstance(key, bytes):      # protobuf takes UTF-8 bytes for a string field (and rejects others)
+        key = key.decode("utf-8")
     return _string(_T_KV_KEY, key) + _delimited(_T_KV_VALUE, _any_value(value))
 
 
@@ -289,6 +291,8 @@ def _exemplars(tag: bytes, exemplars) -> bytes:
         if ex.span_id is not None and ex.trace_id is not None:
             body += (_T_EX_SPAN_ID, b"\x08", _span_id(ex.span_id), _T_EX_TRACE_ID, b"\x10", _trace_id(ex.trace_id))
         value = ex.value
+        if isinstance(value, bool):
+            raise TypeError("an exemplar value is a bool")      # protobuf rejects a bool for as_int
         if isinstance(value, float):
             body += (_T_EX_DOUBLE, _double(value))
         elif isinstance(value, int):
@@ -301,6 +305,8 @@ def _exemplars(tag: bytes, exemplars) -> bytes:
 
 def _number_point(point, with_start: bool) -> bytes:
     value = point.value
+    if isinstance(value, bool):
+        raise TypeError("a data point value is a bool")      # protobuf rejects a bool for as_int
     return b"".join((
         _attributes(_T_NDP_ATTRIBUTES, point.attributes),
         _fixed64_field(_T_NDP_START, point.start_time_unix_nano) if with_start else b"",
@@ -368,16 +374,16 @@ def _metric_data(data, kinds) -> bytes:
     if isinstance(data, kinds.Histogram):
         return _delimited(_T_METRIC_HISTOGRAM, b"".join(
             [_delimited(_T_DATA_POINTS, _histogram_point(p)) for p in points])
-            + _uint(_T_TEMPORALITY, data.aggregation_temporality.value))
+            + _uint(_T_TEMPORALITY, int(data.aggregation_temporality)))
     if isinstance(data, kinds.Sum):
         return _delimited(_T_METRIC_SUM, b"".join([_delimited(_T_DATA_POINTS, _number_point(p, True))
                                                    for p in points])
-                          + _uint(_T_TEMPORALITY, data.aggregation_temporality.value)
+                          + _uint(_T_TEMPORALITY, int(data.aggregation_temporality))
                           + (_T_MONOTONIC + b"\x01" if data.is_monotonic else b""))
     if isinstance(data, kinds.ExponentialHistogram):
         return _delimited(_T_METRIC_EXP_HISTOGRAM, b"".join(
             [_delimited(_T_DATA_POINTS, _exponential_point(p)) for p in points])
-            + _uint(_T_TEMPORALITY, data.aggregation_temporality.value))
+            + _uint(_T_TEMPORALITY, int(data.aggregation_temporality)))
     logger.warning("observed-engine: OTLP: unsupported metric data type %s", type(data).__name__)
     return b""
 
