@@ -1363,3 +1363,35 @@ assert not loaded, loaded
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                             cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 0, result.stderr
+
+
+# -- the encoder's caches ------------------------------------------------------------------------
+
+def test_cached_attribute_pairs_keep_equal_values_of_different_types_apart():
+    """Values equal in Python but encoded differently (True == 1 == 1.0, 0.0 == -0.0, a str subclass)
+    never share a cached encoding, in one batch and across batches."""
+    values = [True, 1, 1.0, "1", Tag("1"), 0.0, -0.0, False, 0, "0", Colour.RED, 1]
+    spans = [readable(f"s{i}", attributes={"k": v}) for i, v in enumerate(values)]
+    spans_match(spans)
+    spans_match(list(reversed(spans)))
+    for v in values:
+        spans_match([readable("again", attributes={"k": v})])
+
+
+def test_more_distinct_attribute_values_than_the_cache_holds():
+    spans = [readable(f"s{i}", attributes={"tokens": i, "session": f"sess-{i}", "hook": "should_compress"})
+             for i in range(otlp_wire._PAIRS_MAX + 500)]
+    spans_match(spans)
+    assert len(otlp_wire._PAIRS) <= otlp_wire._PAIRS_MAX
+    spans_match(spans[:50])
+
+
+def test_spans_alternating_between_equal_resource_objects_group_together():
+    """Grouping looks the resource up again only when the object changes: equal but distinct
+    resources (and scopes) alternating still land in one group, as the official encoder groups them."""
+    r1, r2 = Resource({"service.name": "a"}), Resource({"service.name": "a"})
+    s1, s2 = InstrumentationScope("lib", "1"), InstrumentationScope("lib", "1")
+    spans = [readable(f"s{i}", resource=(r1, r2)[i % 2], instrumentation_scope=(s1, s2)[i // 2 % 2])
+             for i in range(8)]
+    ours, _, _ = spans_match(spans)
+    assert len(ours.resource_spans) == 1 and len(ours.resource_spans[0].scope_spans) == 1

@@ -123,6 +123,30 @@ def _key_value(key: str, value: Any) -> bytes:
 _logged_keys: set = set()
 
 
+# The encoded form (length prefix + KeyValue) of str, int and bool attribute values, by (key, type,
+# value): a span's attributes repeat from span to span (engine, hook, session, decision), and
+# encoding them is most of a span's cost. Exact types only (True == 1 and 0.0 == -0.0 would collide);
+# emptied when full, so a run of distinct values (token counts) costs one insert each.
+_PAIRS: Dict[tuple, bytes] = {}
+_PAIRS_MAX = 4096
+
+
+def _encoded_pair(key, value) -> bytes:
+    kind = type(value)
+    if type(key) is str and (kind is str or kind is int or kind is bool):
+        cache_key = (key, kind, value)
+        encoded = _PAIRS.get(cache_key)
+        if encoded is None:
+            pair = _key_value(key, value)
+            encoded = _varint(len(pair)) + pair
+            if len(_PAIRS) >= _PAIRS_MAX:
+                _PAIRS.clear()
+            _PAIRS[cache_key] = encoded
+        return encoded
+    pair = _key_value(key, value)
+    return _varint(len(pair)) + pair
+
+
 def _attributes(tag: bytes, attributes) -> bytes:
     """Repeated KeyValue under ``tag``; a pair that cannot be encoded is logged and left out."""
     if not attributes:
@@ -130,7 +154,7 @@ def _attributes(tag: bytes, attributes) -> bytes:
     parts = []
     for key, value in attributes.items():
         try:
-            parts.append(_delimited(tag, _key_value(key, value)))
+            parts += (tag, _encoded_pair(key, value))
         except Exception as exc:
             if len(_logged_keys) < 64 and key not in _logged_keys:    # once per key, not at every export
                 _logged_keys.add(key)
@@ -191,33 +215,59 @@ def _trace_id(trace_id: int) -> bytes:
     return trace_id.to_bytes(16, "big")
 
 
+_KIND = {}           # SpanKind -> its encoded field, made on first use
+_UNSET_STATUS = _T_SPAN_STATUS + b"\x00"    # Status{} (code UNSET, no message): most spans
+_LOCAL_FLAGS = _T_SPAN_FLAGS + _fixed32(_HAS_IS_REMOTE)
+_REMOTE_FLAGS = _T_SPAN_FLAGS + _fixed32(_HAS_IS_REMOTE | _IS_REMOTE)
+
+
 def _span(span) -> bytes:
     context = span.get_span_context()
     parent = span.parent
     parts = [
-        _T_SPAN_TRACE_ID, b"\x10", _trace_id(context.trace_id),
-        _T_SPAN_ID, b"\x08", _span_id(context.span_id),
+        _T_SPAN_TRACE_ID, b"\x10", context.trace_id.to_bytes(16, "big"),
+        _T_SPAN_ID, b"\x08", context.span_id.to_bytes(8, "big"),
     ]
     state = context.trace_state
     if state:
         parts.append(_string(_T_SPAN_STATE, ",".join([f"{k}={v}" for k, v in state.items()])))
     if parent:
-        parts += (_T_SPAN_PARENT, b"\x08", _span_id(parent.span_id))
+        parts += (_T_SPAN_PARENT, b"\x08", parent.span_id.to_bytes(8, "big"))
     parts.append(_string(_T_SPAN_NAME, span.name))
-    parts.append(_uint(_T_SPAN_KIND, span.kind.value + _SPAN_KIND_OFFSET))
-    if span.start_time:
-        parts += (_T_SPAN_START, _fixed64(span.start_time))
-    if span.end_time:
-        parts += (_T_SPAN_END, _fixed64(span.end_time))
+    kind = _KIND.get(span.kind)
+    if kind is None:
+        kind = _KIND[span.kind] = _uint(_T_SPAN_KIND, span.kind.value + _SPAN_KIND_OFFSET)
+    parts.append(kind)
+    start, end = span.start_time, span.end_time
+    if start:
+        parts += (_T_SPAN_START, _fixed64(start))
+    if end:
+        parts += (_T_SPAN_END, _fixed64(end))
     parts.append(_attributes(_T_SPAN_ATTRIBUTES, span.attributes))
-    parts.append(_uint(_T_SPAN_DROPPED_ATTRIBUTES, span.dropped_attributes))
-    for event in span.events or ():
+    dropped = span.dropped_attributes
+    if dropped:
+        parts += (_T_SPAN_DROPPED_ATTRIBUTES, _varint(dropped))
+    events, links = span.events, span.links
+    if events or links:
+        parts.append(_events_and_links(span, events, links))
+    status = span.status
+    if status is not None:
+        code, message = status.status_code.value, status.description
+        parts.append(_UNSET_STATUS if not code and not message else _delimited(
+            _T_SPAN_STATUS, _string(_T_STATUS_MESSAGE, message) + _uint(_T_STATUS_CODE, code)))
+    parts.append(_REMOTE_FLAGS if parent is not None and parent.is_remote else _LOCAL_FLAGS)
+    return b"".join(parts)
+
+
+def _events_and_links(span, events, links) -> bytes:
+    parts = []
+    for event in events or ():
         parts.append(_delimited(_T_SPAN_EVENTS, b"".join((
             _fixed64_field(_T_EVENT_TIME, event.timestamp), _string(_T_EVENT_NAME, event.name),
             _attributes(_T_EVENT_ATTRIBUTES, event.attributes), _uint(_T_EVENT_DROPPED, event.dropped_attributes),
         ))))
     parts.append(_uint(_T_SPAN_DROPPED_EVENTS, span.dropped_events))
-    for link in span.links or ():
+    for link in links or ():
         linked = link.context
         parts.append(_delimited(_T_SPAN_LINKS, b"".join((      # the official encoder writes no link trace_state
             _T_LINK_TRACE_ID, b"\x10", _trace_id(linked.trace_id), _T_LINK_SPAN_ID, b"\x08", _span_id(linked.span_id),
@@ -225,26 +275,27 @@ def _span(span) -> bytes:
             _T_LINK_FLAGS, _fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if linked.is_remote else 0)),
         ))))
     parts.append(_uint(_T_SPAN_DROPPED_LINKS, span.dropped_links))
-    status = span.status
-    if status is not None:
-        parts.append(_delimited(_T_SPAN_STATUS, _string(_T_STATUS_MESSAGE, status.description)
-                                + _uint(_T_STATUS_CODE, status.status_code.value)))
-    parts.append(_flags(parent))
     return b"".join(parts)
 
 
 def encode_spans(spans: Sequence[Any]) -> bytes:
     """The serialized ``ExportTraceServiceRequest`` of SDK ``ReadableSpan``s."""
     grouped: Dict[Any, Dict[Any, List[bytes]]] = {}
+    last_resource = last_scope = encoded = None
     for span in spans:
-        by_scope = grouped.get(span.resource)
-        if by_scope is None:
-            by_scope = grouped[span.resource] = {}
-        scope = span.instrumentation_scope or None
-        encoded = by_scope.get(scope)
-        if encoded is None:
-            encoded = by_scope[scope] = []
-        encoded.append(_delimited(_T_SS_SPANS, _span(span)))
+        # the spans of a batch share one resource and a few scopes: looked up again only when the
+        # object changes (a Resource hashes by serialising its attributes to JSON)
+        resource, scope = span.resource, span.instrumentation_scope or None
+        if resource is not last_resource or scope is not last_scope or encoded is None:
+            by_scope = grouped.get(resource)
+            if by_scope is None:
+                by_scope = grouped[resource] = {}
+            encoded = by_scope.get(scope)
+            if encoded is None:
+                encoded = by_scope[scope] = []
+            last_resource, last_scope = resource, scope
+        body = _span(span)
+        encoded += (_T_SS_SPANS, _varint(len(body)), body)
     out = []
     for resource, by_scope in grouped.items():
         scope_spans = [
