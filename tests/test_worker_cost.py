@@ -227,3 +227,54 @@ def test_direct_spans_take_each_spans_own_parent_when_parents_alternate():
         else:
             assert span.parent is not None and span.parent.span_id == 0x5678
             assert span.parent.is_remote == (span.attributes["k"].startswith("remote=True"))
+
+
+def test_fast_span_constructors_build_what_the_constructors_build():
+    """worker/spans.py makes SpanContext and ReadableSpan without their Python constructors, after a
+    probe shows the result is the same; the objects are the ones the constructors make."""
+    from opentelemetry import trace as trace_api
+    from opentelemetry.sdk import trace as sdk_trace
+    from observed_engine.worker import spans as worker_spans
+
+    make_context = worker_spans._fast_span_context()
+    make_span = worker_spans._fast_readable_span(sdk_trace)
+    assert make_context is not None and make_span is not None
+    for flags, state in ((trace_api.TraceFlags(1), trace_api.TraceState([("a", "b")])), (None, None)):
+        fast = make_context(0xABC, 0xDEF, flags, state)
+        official = trace_api.SpanContext(0xABC, 0xDEF, False, flags, state)
+        assert type(fast) is type(official) and tuple(fast) == tuple(official) and fast == official
+    tp = TracerProvider()
+    tracer = tp.get_tracer("observed_engine", "1.0")
+    context = make_context(5, 6, trace_api.TraceFlags(1), None)
+    args = dict(name="n", context=context, parent=None, resource=tp.resource, attributes={"k": 1},
+                instrumentation_info=tracer.instrumentation_info, start_time=10, end_time=20,
+                instrumentation_scope=tracer._instrumentation_scope)
+    fast = make_span(args["name"], context, None, tp.resource, args["attributes"], args["instrumentation_info"],
+                     10, 20, args["instrumentation_scope"])
+    official = sdk_trace.ReadableSpan(kind=trace_api.SpanKind.INTERNAL, **args)
+    assert type(fast) is sdk_trace.ReadableSpan and vars(fast) == vars(official)
+    assert fast.to_json() == official.to_json()
+
+
+def test_fast_span_constructors_step_aside_for_an_sdk_that_does_more():
+    """An SDK whose ReadableSpan.__init__ derives a field, or whose SpanContext is not the tuple the
+    probe expects, gets its constructors called (the probe returns None)."""
+    import types
+
+    from opentelemetry.sdk import trace as sdk_trace
+    from observed_engine.worker import spans as worker_spans
+
+    class Deriving(sdk_trace.ReadableSpan):
+        def __init__(self, name, **kwargs):
+            super().__init__(name, **kwargs)
+            self._derived = len(str(name))
+
+    assert worker_spans._fast_readable_span(types.SimpleNamespace(ReadableSpan=Deriving)) is None
+
+    class Slotted:
+        __slots__ = ("_name",)
+
+        def __init__(self, name, **kwargs):
+            self._name = name
+
+    assert worker_spans._fast_readable_span(types.SimpleNamespace(ReadableSpan=Slotted)) is None

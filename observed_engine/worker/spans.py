@@ -14,6 +14,7 @@ returns False and the worker uses ``start_span``.
 
 from __future__ import annotations
 
+import itertools
 from types import MappingProxyType
 from typing import Any, Dict, Optional
 
@@ -25,6 +26,76 @@ _SpanContext = trace_api.SpanContext
 _SAMPLED, _DEFAULT = trace_api.TraceFlags.SAMPLED, trace_api.TraceFlags.DEFAULT
 _RANDOM_TRACE_ID = getattr(trace_api.TraceFlags, "RANDOM_TRACE_ID", 0)
 _TRACE_FLAGS: Dict[int, Any] = {}    # TraceFlags by value (immutable ints): one made per value
+
+
+def _fast_span_context() -> Optional[Any]:
+    """``make(trace_id, span_id, trace_flags, trace_state)`` -> a local SpanContext as its ``__new__``
+    makes one (a tuple of the six fields, ``is_valid`` computed the same way), without the call into
+    it; None when a probe built both ways differs (another API version: the constructor is used)."""
+    new, valid_trace, valid_span = tuple.__new__, trace_api.INVALID_TRACE_ID, trace_api.INVALID_SPAN_ID
+    max_trace, max_span = (1 << 128) - 1, (1 << 64) - 1
+    default_flags, default_state = trace_api.DEFAULT_TRACE_OPTIONS, trace_api.DEFAULT_TRACE_STATE
+
+    def make(trace_id, span_id, trace_flags, trace_state):
+        return new(_SpanContext, (trace_id, span_id, False,
+                                  default_flags if trace_flags is None else trace_flags,
+                                  default_state if trace_state is None else trace_state,
+                                  valid_trace < trace_id <= max_trace and valid_span < span_id <= max_span))
+
+    try:
+        cases = itertools.product(
+            ((0x1F2E3D4C5B6A79880123456789ABCDEF, 0x0A0B0C0D0E0F1011), (0, 5), (7, 0), (1 << 128, 1)),
+            (trace_api.TraceFlags(1), None), (trace_api.TraceState([("k", "v")]), None))
+        for (trace_id, span_id), flags, state in cases:
+            fast, official = make(trace_id, span_id, flags, state), _SpanContext(trace_id, span_id, False, flags, state)
+            if type(fast) is not type(official) or tuple(fast) != tuple(official) or fast.is_valid != official.is_valid:
+                return None
+    except Exception:
+        return None
+    return make
+
+
+def _fast_readable_span(sdk_trace) -> Optional[Any]:
+    """``make(name, context, parent, resource, attributes, info, start, end, scope)`` -> an INTERNAL
+    ``ReadableSpan`` with the instance dict its ``__init__`` gives it (the defaults copied from a probe
+    span), without the keyword-argument call; None when the probe shows ``__init__`` does more than
+    store what it is given (another SDK version: the constructor is used)."""
+    readable, new = sdk_trace.ReadableSpan, object.__new__
+    given = ("_name", "_context", "_parent", "_resource", "_attributes", "_instrumentation_info",
+             "_start_time", "_end_time", "_instrumentation_scope")
+    try:
+        probes = []
+        for name, attributes, start, end in (("probe", {"a": 1}, 1, 2), ("a much longer probe name", {}, 50, 900)):
+            values = [name, object(), object(), object(), attributes, object(), start, end, object()]
+            probe = readable(values[0], context=values[1], parent=values[2], resource=values[3],
+                             attributes=values[4], kind=_INTERNAL, instrumentation_info=values[5],
+                             start_time=values[6], end_time=values[7], instrumentation_scope=values[8])
+            stored = vars(probe)
+            if type(stored) is not dict or any(stored.get(k) is not v for k, v in zip(given, values)):
+                return None
+            probes.append((stored, values))
+        # what __init__ stores besides the given values: the same default objects whatever it is given
+        template = {k: v for k, v in probes[0][0].items() if k not in given}
+        other = {k: v for k, v in probes[1][0].items() if k not in given}
+        if template.keys() != other.keys() or any(other[k] is not v for k, v in template.items()) \
+                or template.get("_kind") is not _INTERNAL:
+            return None
+        for stored, values in probes:
+            fast = new(readable)
+            fast.__dict__ = dict(template, **dict(zip(given, values)))
+            if vars(fast) != stored or type(fast) is not readable:
+                return None
+    except Exception:
+        return None
+
+    def make(name, context, parent, resource, attributes, info, start, end, scope):
+        span = new(readable)
+        fields = template.copy()
+        fields.update(_name=name, _context=context, _parent=parent, _resource=resource, _attributes=attributes,
+                      _instrumentation_info=info, _start_time=start, _end_time=end, _instrumentation_scope=scope)
+        span.__dict__ = fields
+        return span
+    return make
 
 
 class DirectSpans:
@@ -48,6 +119,10 @@ class DirectSpans:
         if type(tracer) is not sdk_trace.Tracer:
             return
         self._sdk = sdk_trace
+        self._make_context = _fast_span_context()
+        self._make_span = _fast_readable_span(sdk_trace)
+        self._last_decision: Any = None
+        self._last_decision_flags = (False, False)
         self._exporting = (sdk_export.BatchSpanProcessor, sdk_export.SimpleSpanProcessor)
         self._noop_metrics = NoOpTracerMetrics
         self._static_sampler, self._parent_based = sampling.StaticSampler, sampling.ParentBased
@@ -117,21 +192,34 @@ class DirectSpans:
         else:          # what SamplingResult holds for these samplers: the given attributes, the parent's state
             span_attributes = MappingProxyType(attributes)
             trace_state = parent.trace_state if parent is not None else None
-        if not decision.is_recording():
+        if decision is self._last_decision:     # the decision's own answers, asked once per decision
+            recording, sampled = self._last_decision_flags
+        else:
+            recording, sampled = decision.is_recording(), decision.is_sampled()
+            self._last_decision, self._last_decision_flags = decision, (recording, sampled)
+        if not recording:
             return True                 # what start_span gives: a non-recording span, nothing exported
         # as start_span: the span's attributes are the sampler's (the given ones, for the SDK's samplers)
-        flags = _SAMPLED if decision.is_sampled() else _DEFAULT
+        flags = _SAMPLED if sampled else _DEFAULT
         if random_trace_id:
             flags |= _RANDOM_TRACE_ID
         trace_flags = _TRACE_FLAGS.get(flags)
         if trace_flags is None:
             trace_flags = _TRACE_FLAGS[flags] = trace_api.TraceFlags(flags)
-        context = _SpanContext(trace_id, tracer.id_generator.generate_span_id(), False, trace_flags, trace_state)
-        span = self._sdk.ReadableSpan(
-            name=name, context=context, parent=parent, resource=tracer.resource, attributes=span_attributes,
-            kind=kind, instrumentation_info=tracer.instrumentation_info, start_time=start_ns,
-            end_time=end_ns, instrumentation_scope=tracer._instrumentation_scope,
-        )
+        span_id = tracer.id_generator.generate_span_id()
+        if self._make_context is not None:
+            context = self._make_context(trace_id, span_id, trace_flags, trace_state)
+        else:
+            context = _SpanContext(trace_id, span_id, False, trace_flags, trace_state)
+        if self._make_span is not None:
+            span = self._make_span(name, context, parent, tracer.resource, span_attributes,
+                                   tracer.instrumentation_info, start_ns, end_ns, tracer._instrumentation_scope)
+        else:
+            span = self._sdk.ReadableSpan(
+                name=name, context=context, parent=parent, resource=tracer.resource, attributes=span_attributes,
+                kind=kind, instrumentation_info=tracer.instrumentation_info, start_time=start_ns,
+                end_time=end_ns, instrumentation_scope=tracer._instrumentation_scope,
+            )
         if self._synchronous:
             for processor in self._checked_processors:   # what SynchronousMultiSpanProcessor.on_end does
                 processor.on_end(span)
