@@ -110,24 +110,22 @@ def assert_same_message(ours, official) -> None:
         pytest.fail("equal messages but different canonical bytes (unknown fields in our payload?)", pytrace=False)
 
 
-def spans_match(spans):
+def _match(encode, message, official_encode, data):
     """Encode with both encoders, assert equal after parsing ours; return (ours, official, our bytes)."""
-    payload = otlp_wire.encode_spans(spans)
+    payload = encode(data)
     assert isinstance(payload, bytes)
-    ours = ExportTraceServiceRequest.FromString(payload)
-    official = official_encode_spans(spans)
+    ours = message.FromString(payload)
+    official = official_encode(data)
     assert_same_message(ours, official)
     return ours, official, payload
+
+
+def spans_match(spans):
+    return _match(otlp_wire.encode_spans, ExportTraceServiceRequest, official_encode_spans, spans)
 
 
 def metrics_match(data: MetricsData):
-    """Encode with both encoders, assert equal after parsing ours; return (ours, official, our bytes)."""
-    payload = otlp_wire.encode_metrics(data)
-    assert isinstance(payload, bytes)
-    ours = ExportMetricsServiceRequest.FromString(payload)
-    official = official_encode_metrics(data)
-    assert_same_message(ours, official)
-    return ours, official, payload
+    return _match(otlp_wire.encode_metrics, ExportMetricsServiceRequest, official_encode_metrics, data)
 
 
 def both_raise(data: MetricsData) -> None:

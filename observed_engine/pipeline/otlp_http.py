@@ -228,14 +228,12 @@ class HttpSender:
             pass
 
 
-class OtlpHttpSpanExporter(SpanExporter):
-    """``OTLPSpanExporter`` (HTTP) without protobuf: same arguments, environment and behaviour."""
+class _Sending:
+    """What both exporters share: one sender; encode, then send, until shut down; close once."""
 
-    def __init__(self, endpoint: Optional[str] = None, certificate_file: Optional[str] = None,
-                 client_key_file: Optional[str] = None, client_certificate_file: Optional[str] = None,
-                 headers: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
-                 compression: Optional[str] = None) -> None:
-        self._sender = HttpSender(HttpTarget("traces", endpoint, headers, timeout, compression,
+    def _start_sending(self, signal: str, endpoint, headers, timeout, compression, certificate_file,
+                       client_key_file, client_certificate_file) -> None:
+        self._sender = HttpSender(HttpTarget(signal, endpoint, headers, timeout, compression,
                                              certificate_file, client_key_file, client_certificate_file))
         self._shutdown = False
 
@@ -243,20 +241,38 @@ class OtlpHttpSpanExporter(SpanExporter):
     def endpoint(self) -> str:
         return self._sender.target.endpoint
 
-    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+    def _encode_and_send(self, encode, data, what: str) -> bool:
         if self._shutdown:
-            return SpanExportResult.FAILURE
+            return False
         try:
-            body = otlp_wire.encode_spans(spans)
+            body = encode(data)
         except Exception as exc:
-            logger.error("observed-engine: cannot encode a batch of %d spans for OTLP (%s)", len(spans), exc)
-            return SpanExportResult.FAILURE
-        return SpanExportResult.SUCCESS if self._sender.send(body) else SpanExportResult.FAILURE
+            logger.error("observed-engine: cannot encode %s for OTLP (%s)", what, exc)
+            return False
+        return self._sender.send(body)
 
-    def shutdown(self) -> None:
+    def _close(self) -> None:
         if not self._shutdown:
             self._shutdown = True
             self._sender.close()
+
+
+class OtlpHttpSpanExporter(_Sending, SpanExporter):
+    """``OTLPSpanExporter`` (HTTP) without protobuf: same arguments, environment and behaviour."""
+
+    def __init__(self, endpoint: Optional[str] = None, certificate_file: Optional[str] = None,
+                 client_key_file: Optional[str] = None, client_certificate_file: Optional[str] = None,
+                 headers: Optional[Mapping[str, str]] = None, timeout: Optional[float] = None,
+                 compression: Optional[str] = None) -> None:
+        self._start_sending("traces", endpoint, headers, timeout, compression, certificate_file,
+                            client_key_file, client_certificate_file)
+
+    def export(self, spans: Sequence[Any]) -> SpanExportResult:
+        sent = self._encode_and_send(otlp_wire.encode_spans, spans, f"a batch of {len(spans)} spans")
+        return SpanExportResult.SUCCESS if sent else SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        self._close()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:  # noqa: ARG002 (the SpanExporter signature)
         return True     # nothing is buffered here
@@ -288,7 +304,7 @@ def _histogram_aggregation() -> Dict[type, Any]:
     return {Histogram: ExplicitBucketHistogramAggregation()}
 
 
-class OtlpHttpMetricExporter(MetricExporter):
+class OtlpHttpMetricExporter(_Sending, MetricExporter):
     """``OTLPMetricExporter`` (HTTP) without protobuf: same arguments, environment and behaviour."""
 
     def __init__(self, endpoint: Optional[str] = None, certificate_file: Optional[str] = None,
@@ -302,29 +318,16 @@ class OtlpHttpMetricExporter(MetricExporter):
         aggregation = _histogram_aggregation()
         aggregation.update(preferred_aggregation or {})
         super().__init__(preferred_temporality=temporality, preferred_aggregation=aggregation)
-        self._sender = HttpSender(HttpTarget("metrics", endpoint, headers, timeout, compression,
-                                             certificate_file, client_key_file, client_certificate_file))
-        self._shutdown = False
-
-    @property
-    def endpoint(self) -> str:
-        return self._sender.target.endpoint
+        self._start_sending("metrics", endpoint, headers, timeout, compression, certificate_file,
+                            client_key_file, client_certificate_file)
 
     # as the official exporter: the target's timeout bounds a send, ``timeout_millis`` is not used
     def export(self, metrics_data, timeout_millis: float = 10_000, **kwargs) -> MetricExportResult:  # noqa: ARG002
-        if self._shutdown:
-            return MetricExportResult.FAILURE
-        try:
-            body = otlp_wire.encode_metrics(metrics_data)
-        except Exception as exc:
-            logger.error("observed-engine: cannot encode metrics for OTLP (%s)", exc)
-            return MetricExportResult.FAILURE
-        return MetricExportResult.SUCCESS if self._sender.send(body) else MetricExportResult.FAILURE
+        sent = self._encode_and_send(otlp_wire.encode_metrics, metrics_data, "metrics")
+        return MetricExportResult.SUCCESS if sent else MetricExportResult.FAILURE
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:  # noqa: ARG002 (the MetricExporter signature)
         return True
 
     def shutdown(self, timeout_millis: float = 30_000, **kwargs) -> None:  # noqa: ARG002 (the MetricExporter signature)
-        if not self._shutdown:
-            self._shutdown = True
-            self._sender.close()
+        self._close()

@@ -203,10 +203,6 @@ _HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200       # SpanFlags: what the span (or l
 _SPAN_KIND_OFFSET = 1
 
 
-def _flags(parent) -> bytes:
-    return _T_SPAN_FLAGS + _fixed32(_HAS_IS_REMOTE | (_IS_REMOTE if parent is not None and parent.is_remote else 0))
-
-
 def _span_id(span_id: int) -> bytes:
     return span_id.to_bytes(8, "big")
 
