@@ -107,16 +107,18 @@ def observed_entry_point_declared() -> bool:
                for ep in md.entry_points(group=GROUP))
 
 
-def simulate_observed_entry_point(patch) -> bool:
+def simulate_observed_entry_point(patch, entry_point_class=None) -> bool:
     """Unless it is declared already, make ``importlib.metadata.entry_points`` also answer the
     ``observed`` entry point, for this process only (the shared virtualenv is left as it is): Hermes'
     own loader then finds it. ``patch(md, "entry_points", replacement)`` installs it (a test's
-    ``monkeypatch.setattr``, or ``setattr``). True when it was simulated."""
+    ``monkeypatch.setattr``, or ``setattr``). ``entry_point_class``: a subclass of
+    ``importlib.metadata.EntryPoint`` to make it with (a benchmark's, timing ``load``). True when it
+    was simulated."""
     import importlib.metadata as md
 
     if observed_entry_point_declared():
         return False
-    ep = md.EntryPoint(name="observed", value="observed_engine.hermes_plugin", group=GROUP)
+    ep = (entry_point_class or md.EntryPoint)(name="observed", value="observed_engine.hermes_plugin", group=GROUP)
     real = md.entry_points
 
     def entry_points(**params):
