@@ -1,0 +1,125 @@
+"""Import ``opentelemetry.sdk.resources`` without importing psutil.
+
+The SDK's resources module imports psutil at import time (``try: import psutil`` into the module
+global ``psutil``) and uses it in one place only: ``ProcessResourceDetector.detect()`` reads
+``psutil.Process().username()`` for ``process.owner`` when ``psutil is not None``. Importing
+psutil costs ~8 ms of CPU in every ``hermes -z`` one-shot process that exports to Prometheus or
+OTLP (measured: 5 fresh processes importing pipeline.sdk_exporters after Hermes' run_agent),
+Hermes does not import it in that path, and our own resource (sdk_exporters.process_resource)
+never needs it.
+
+import_sdk_resources() imports the module with psutil's import refused for the importing thread
+only (a ``sys.meta_path`` finder, in place for the duration of that import), then, psutil being
+installed, sets the module's ``psutil`` global to a stand-in that imports the real psutil on its
+first attribute access and puts the real module in that global. Nothing changes for any other
+user of the SDK: ``psutil is not None`` holds as before, the first ``psutil.Process()`` gets the
+real one, another thread that imports psutil meanwhile gets it normally (a refused import leaves
+nothing in sys.modules), and the module is imported normally whenever there is nothing to save
+(already imported, psutil already imported or not installed). Anything unexpected falls back to
+the normal import of psutil into that global; nothing here raises into the caller beyond what a
+plain ``import opentelemetry.sdk.resources`` would raise.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+import threading
+from types import ModuleType
+
+_SDK_RESOURCES = "opentelemetry.sdk.resources"
+_PSUTIL = "psutil"
+
+
+class RefusePsutilFinder:
+    """A meta-path finder refusing ``import psutil`` to one thread; every other import, and
+    psutil in every other thread, goes on to the next finders."""
+
+    def __init__(self, thread_id: int) -> None:
+        self.thread_id = thread_id
+
+    def find_spec(self, name, path=None, target=None):  # noqa: ARG002 (the finder protocol)
+        if name == _PSUTIL and threading.get_ident() == self.thread_id:
+            raise ImportError(f"{_PSUTIL} is imported on first use (observed_engine.pipeline.sdk_resources)",
+                              name=name)
+        return None
+
+
+class _LazyPsutil:
+    """The SDK's ``psutil`` global until first used: the first attribute access imports psutil,
+    puts the real module in that global and returns the attribute from it."""
+
+    __slots__ = ("_owner",)
+
+    def __init__(self, owner: ModuleType) -> None:
+        self._owner = owner
+
+    def __getattr__(self, name):
+        owner = object.__getattribute__(self, "_owner")
+        try:
+            real = importlib.import_module(_PSUTIL)
+        except ImportError:
+            # installed but not importable: what the SDK's own import would have left behind
+            if getattr(owner, _PSUTIL, None) is self:
+                setattr(owner, _PSUTIL, None)
+            raise
+        if getattr(owner, _PSUTIL, None) is self:
+            setattr(owner, _PSUTIL, real)
+        return getattr(real, name)
+
+    def __repr__(self) -> str:
+        return "<psutil, imported on first use>"
+
+
+def _import_psutil_into(module: ModuleType) -> None:
+    """The fallback: psutil imported now into the module's global, as the SDK itself does."""
+    try:
+        real = importlib.import_module(_PSUTIL)
+    except ImportError:
+        real = None
+    except Exception:
+        return
+    try:
+        setattr(module, _PSUTIL, real)
+    except Exception:
+        pass
+
+
+def import_sdk_resources() -> ModuleType:
+    """``opentelemetry.sdk.resources``, imported without importing psutil when that saves anything."""
+    if _SDK_RESOURCES in sys.modules or _PSUTIL in sys.modules:
+        return importlib.import_module(_SDK_RESOURCES)
+    try:
+        installed = importlib.util.find_spec(_PSUTIL) is not None
+    except Exception:
+        installed = False       # unknown: import normally
+    if not installed:
+        return importlib.import_module(_SDK_RESOURCES)
+
+    finder = RefusePsutilFinder(threading.get_ident())
+    sys.meta_path.insert(0, finder)
+    try:
+        module = importlib.import_module(_SDK_RESOURCES)
+    except Exception:
+        module = None
+    finally:
+        try:
+            sys.meta_path.remove(finder)
+        except ValueError:
+            pass
+    if module is None:
+        # not expected (the SDK catches psutil's ImportError): a plain import, with what it raises
+        return importlib.import_module(_SDK_RESOURCES)
+
+    # (a thread that imports the module at this moment waits for the import above and could, in
+    # the few instructions until the line below, see None: it then detects without process.owner)
+    try:
+        if getattr(module, _PSUTIL) is None:
+            if _PSUTIL in sys.modules:          # another thread imported it meanwhile
+                setattr(module, _PSUTIL, sys.modules[_PSUTIL])
+            else:
+                setattr(module, _PSUTIL, _LazyPsutil(module))
+    except Exception:
+        _import_psutil_into(module)
+    return module
