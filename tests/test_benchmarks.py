@@ -1,0 +1,88 @@
+"""The benchmark scripts measure what they say (issue 16): not timed tests, checks of their method.
+
+* ``agent_process.py`` must run its observed modes with the observed engine, loaded by Hermes'
+  own plugin loader through the entry point, and charge the observer's import and build to it.
+  (Hermes 0.19.0 scans the plugins' entry points while ``run_agent`` is imported; an entry
+  point declared after that import was never seen and the observed modes ran bare.)
+* ``hook_overhead.py``'s worker CPU per event must not charge its events with rows an earlier
+  phase left to the store writer.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BENCHMARKS = REPO / "benchmarks"
+
+
+def test_agent_process_one_shot_runs_observed_through_the_entry_point(tmp_path):
+    out = tmp_path / "runs.json"
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "agent_process.py"), "--rounds", "0", "--oneshot-rounds", "1",
+         "--modes", "bare,observed", "--json", str(out)],
+        capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    runs = json.loads(out.read_text(encoding="utf-8"))["oneshot"]
+    bare, observed = runs["bare"][0], runs["observed"][0]
+    assert bare["setup"]["observed"] is False
+    assert observed["setup"]["observed"] is True, observed["setup"]
+    # charged to the observer: the modules it adds and its register() (pipeline, store, class)
+    assert observed["observer"]["import_cpu_s"] > 0 and observed["observer"]["build_cpu_s"] > 0, observed["observer"]
+    assert bare["observer"] == {"import_cpu_s": 0.0, "build_cpu_s": 0.0}
+    assert "observation CPU, attributed s" in proc.stdout
+
+
+@pytest.fixture
+def hook_overhead(monkeypatch):
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import hook_overhead as module
+
+    return module
+
+
+def test_worker_cpu_per_event_starts_with_the_store_writer_idle(hook_overhead, tmp_path):
+    engines = {"full": hook_overhead.build("full", str(tmp_path))}
+    engine, telemetry = engines["full"]
+    try:
+        store = telemetry.store
+        pending_at_start = []
+        real_should_compress = engine.should_compress
+        state = {"first": True}
+
+        class Probe:
+            """The engine as the benchmark sees it: notes, at each repeat's first queued call, the
+            rows the store writer still had to write."""
+
+            def should_compress(self, prompt_tokens=None):
+                if state["first"]:
+                    state["first"] = False
+                    pending_at_start.append(len(store._queue) + len(store._pending) + store._busy)
+                return real_should_compress(prompt_tokens)
+
+        # rows of an "earlier phase" left to the writer, as the busy test leaves its 40,000
+        for _ in range(3000):
+            engine.should_compress(1000)
+        telemetry.recorder.flush(60)
+
+        probe = Probe()
+        real_flush = telemetry.recorder.flush
+
+        def flush_and_rearm(timeout):
+            state["first"] = True
+            return real_flush(timeout)
+
+        telemetry.recorder.flush = flush_and_rearm
+        try:
+            median, each = hook_overhead.worker_cpu_per_event({"full": (probe, telemetry)}, 200, repeats=3)
+        finally:
+            telemetry.recorder.flush = real_flush
+        assert len(each) == 3 and median in each
+        assert pending_at_start and all(n == 0 for n in pending_at_start), pending_at_start
+    finally:
+        telemetry.shutdown()
