@@ -15,7 +15,6 @@ returns False and the worker uses ``start_span``.
 from __future__ import annotations
 
 import itertools
-from types import MappingProxyType
 from typing import Any, Dict, Optional
 
 from opentelemetry import trace as trace_api
@@ -57,12 +56,18 @@ def _fast_span_context() -> Optional[Any]:
 
 def _fast_readable_span(sdk_trace) -> Optional[Any]:
     """``make(name, context, parent, resource, attributes, info, start, end, scope)`` -> an INTERNAL
-    ``ReadableSpan`` with the instance dict its ``__init__`` gives it (the defaults copied from a probe
-    span), without the keyword-argument call; None when the probe shows ``__init__`` does more than
-    store what it is given (another SDK version: the constructor is used)."""
+    ``ReadableSpan`` holding what its ``__init__`` stores (the defaults copied from a probe span), made
+    without the keyword-argument call; None when the probe shows ``__init__`` does more than store what
+    it is given (another SDK version: the constructor is used).
+
+    ``make`` stores the fields one by one, in ``__init__``'s order, as ``__init__`` does: the instance
+    keeps its fields in the object itself, as the SDK's own spans do, where assigning a ``__dict__``
+    would give every span a dict object of its own too, one more object for the garbage collector to
+    track while the span waits in a batch processor's queue."""
     readable, new = sdk_trace.ReadableSpan, object.__new__
     given = ("_name", "_context", "_parent", "_resource", "_attributes", "_instrumentation_info",
              "_start_time", "_end_time", "_instrumentation_scope")
+    params = ("name", "context", "parent", "resource", "attributes", "info", "start", "end", "scope")
     try:
         probes = []
         for name, attributes, start, end in (("probe", {"a": 1}, 1, 2), ("a much longer probe name", {}, 50, 900)):
@@ -80,21 +85,27 @@ def _fast_readable_span(sdk_trace) -> Optional[Any]:
         if template.keys() != other.keys() or any(other[k] is not v for k, v in template.items()) \
                 or template.get("_kind") is not _INTERNAL:
             return None
+        order = list(probes[0][0])
+        if order != list(probes[1][0]) or not all(type(k) is str and k.isidentifier() for k in order):
+            return None
+        by_field = dict(zip(given, params))
+        namespace: Dict[str, Any] = {"_new": new, "_readable": readable}
+        lines = ["def make(" + ", ".join(params) + "):", "    span = _new(_readable)"]
+        for i, key in enumerate(order):
+            if key in by_field:
+                lines.append(f"    span.{key} = {by_field[key]}")
+            else:
+                namespace[f"_default_{i}"] = template[key]
+                lines.append(f"    span.{key} = _default_{i}")
+        lines.append("    return span")
+        exec("\n".join(lines), namespace)    # noqa: S102 (our own source, field names checked above)
+        make = namespace["make"]
         for stored, values in probes:
-            fast = new(readable)
-            fast.__dict__ = dict(template, **dict(zip(given, values)))
-            if vars(fast) != stored or type(fast) is not readable:
+            fast = make(*values)
+            if type(fast) is not readable or vars(fast) != stored or list(vars(fast)) != list(stored):
                 return None
     except Exception:
         return None
-
-    def make(name, context, parent, resource, attributes, info, start, end, scope):
-        span = new(readable)
-        fields = template.copy()
-        fields.update(_name=name, _context=context, _parent=parent, _resource=resource, _attributes=attributes,
-                      _instrumentation_info=info, _start_time=start, _end_time=end, _instrumentation_scope=scope)
-        span.__dict__ = fields
-        return span
     return make
 
 
@@ -189,8 +200,8 @@ class DirectSpans:
         if decision is None:
             sampling = tracer.sampler.should_sample(parent_context, trace_id, name, kind, attributes, ())
             decision, span_attributes, trace_state = sampling.decision, sampling.attributes, sampling.trace_state
-        else:          # what SamplingResult holds for these samplers: the given attributes, the parent's state
-            span_attributes = MappingProxyType(attributes)
+        else:          # these samplers' SamplingResult: the given attributes (a read-only view), the parent's state
+            span_attributes = attributes    # the view is the span's: ReadableSpan.attributes makes it
             trace_state = parent.trace_state if parent is not None else None
         if decision is self._last_decision:     # the decision's own answers, asked once per decision
             recording, sampled = self._last_decision_flags
