@@ -9,11 +9,35 @@ processor, which builds spans, metrics and store rows.
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 from collections import deque
 from typing import Callable, List
 
 logger = logging.getLogger("observed_engine.recorder")
+
+
+_PR_SET_TIMERSLACK, _PR_GET_TIMERSLACK = 29, 30     # prctl(2) options (Linux)
+WORKER_TIMER_SLACK_NS = 1_000
+
+
+def _tighten_timer_slack(ns: int):
+    """Set the calling thread's timer slack to ``ns`` (Linux; this thread only) and return what the
+    kernel then reports, or None where that cannot be done. The worker's pacing sleeps of 50 µs
+    (``worker.processor``) took 136 µs at the kernel's default slack of 50 µs, so under a backlog the
+    worker lost 12 % of its time to them instead of 5 %; with 1 µs of slack, 85 µs. Other threads,
+    the host's among them, keep their own slack."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        import ctypes   # imported by Hermes anyway
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+        if prctl(_PR_SET_TIMERSLACK, ns, 0, 0, 0) != 0:
+            return None
+        return prctl(_PR_GET_TIMERSLACK, 0, 0, 0, 0)
+    except Exception:
+        return None
 
 
 class _FlushMarker:
@@ -38,6 +62,7 @@ class Recorder:
         self._drop_lock = threading.Lock()
         self._wake = threading.Event()
         self._stopped = False
+        self.timer_slack_ns = None     # the worker thread's, once it runs (None: the system's default)
         self._thread = threading.Thread(target=self._run, name="observed-engine-worker", daemon=True)
         if enabled:   # disabled: no hook records anything, so no thread is started at all
             self._thread.start()
@@ -89,6 +114,7 @@ class Recorder:
     # -- worker -------------------------------------------------------------------
 
     def _run(self) -> None:
+        self.timer_slack_ns = _tighten_timer_slack(WORKER_TIMER_SLACK_NS)
         queue = self.queue
         popleft = queue.popleft
         while not self._stopped:
