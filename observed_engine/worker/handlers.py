@@ -233,14 +233,17 @@ def compression_check(w, mem, label, ev, row, attrs) -> None:
     window = _plain_int(live_window)
     if window is not None:
         row["window_tokens"] = window
-    w.count("compression_checks", engine=label, hook=hook, decision=decision)
+    # w.count("compression_checks", engine=label, hook=hook, decision=decision), its key built here:
+    # the keyword call cost more than the rest of the count (this runs on every decision)
+    w._counts[("compression_checks", "engine", "hook", "decision", label, hook, decision)] += 1
 
 
 def update_from_response(w, mem, label, ev, row, attrs) -> None:
     values, problems = parse_usage(_arg(ev, 0, "usage"))
+    counts = w._counts     # w.count("usage_tokens", n, engine=..., token_type=...), its key built here
     for token_type, n in values.items():
         if n:
-            w.count("usage_tokens", n, engine=label, token_type=token_type)
+            counts[("usage_tokens", "engine", "token_type", label, token_type)] += n
         row[USAGE_COLUMNS[token_type]] = n
     for problem in problems:
         w.bad_input(mem, label, "update_from_response", problem, row)
