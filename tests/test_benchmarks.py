@@ -86,3 +86,13 @@ def test_worker_cpu_per_event_starts_with_the_store_writer_idle(hook_overhead, t
         assert pending_at_start and all(n == 0 for n in pending_at_start), pending_at_start
     finally:
         telemetry.shutdown()
+
+
+def test_worker_thread_benchmark_times_the_processor_in_this_thread(monkeypatch):
+    """benchmarks/worker_thread.py stops the worker thread and runs the captured batches here: every
+    event is processed (its rows reach the store), and the figure is this thread's CPU."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import worker_thread
+
+    figures = worker_thread.measure("should_compress", 2, True)
+    assert len(figures) == 2 and all(0 < f < 10_000 for f in figures), figures
