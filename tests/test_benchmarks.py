@@ -21,12 +21,25 @@ REPO = Path(__file__).resolve().parent.parent
 BENCHMARKS = REPO / "benchmarks"
 
 
-def test_agent_process_one_shot_runs_observed_through_the_entry_point(tmp_path):
+@pytest.mark.parametrize("declared", [False, True], ids=["simulated", "declared-by-install"])
+def test_agent_process_one_shot_runs_observed_through_the_entry_point(tmp_path, declared):
+    """``declared``: the environment has the entry point ``install --route entrypoint`` writes (a
+    dist-info on the child's path): the benchmark's timed entry point answers in its place (it used
+    to stop there: nothing would have been timed)."""
+    import os
+
+    from support.entry_points import write_dist
+
+    env = dict(os.environ)
+    if declared:
+        site = tmp_path / "site"
+        write_dist(site, "observed-engine-entry-point", {"observed": "observed_engine.hermes_plugin"})
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(site), env.get("PYTHONPATH", "")) if p)
     out = tmp_path / "runs.json"
     proc = subprocess.run(
         [sys.executable, str(BENCHMARKS / "agent_process.py"), "--rounds", "0", "--oneshot-rounds", "1",
          "--modes", "bare,observed", "--json", str(out)],
-        capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
+        capture_output=True, text=True, timeout=240, cwd=str(tmp_path), env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     runs = json.loads(out.read_text(encoding="utf-8"))["oneshot"]
     bare, observed = runs["bare"][0], runs["observed"][0]

@@ -107,26 +107,30 @@ def observed_entry_point_declared() -> bool:
                for ep in md.entry_points(group=GROUP))
 
 
-def simulate_observed_entry_point(patch, entry_point_class=None) -> bool:
+def simulate_observed_entry_point(patch, entry_point_class=None, replace_declared: bool = False) -> bool:
     """Unless it is declared already, make ``importlib.metadata.entry_points`` also answer the
     ``observed`` entry point, for this process only (the shared virtualenv is left as it is): Hermes'
     own loader then finds it. ``patch(md, "entry_points", replacement)`` installs it (a test's
     ``monkeypatch.setattr``, or ``setattr``). ``entry_point_class``: a subclass of
-    ``importlib.metadata.EntryPoint`` to make it with (a benchmark's, timing ``load``). True when it
-    was simulated."""
+    ``importlib.metadata.EntryPoint`` to make it with (a benchmark's, timing ``load``);
+    ``replace_declared``: where ``install --route entrypoint`` has declared it, answer this one in its
+    place (same name and value) rather than leave the declared one. True when it was simulated."""
     import importlib.metadata as md
 
-    if observed_entry_point_declared():
+    if observed_entry_point_declared() and not replace_declared:
         return False
     ep = (entry_point_class or md.EntryPoint)(name="observed", value="observed_engine.hermes_plugin", group=GROUP)
     real = md.entry_points
 
+    def others(eps):
+        return [e for e in eps if not (e.group == GROUP and e.name == "observed")]
+
     def entry_points(**params):
         if params:
-            return md.EntryPoints(list(real(**params)) + list(md.EntryPoints([ep]).select(**params)))
+            return md.EntryPoints(others(real(**params)) + list(md.EntryPoints([ep]).select(**params)))
         groups = real()   # SelectableGroups (a dict) on 3.11, EntryPoints on 3.12+
         flat = [e for eps in groups.values() for e in eps] if isinstance(groups, dict) else list(groups)
-        return md.EntryPoints(flat + [ep])
+        return md.EntryPoints(others(flat) + [ep])
 
     patch(md, "entry_points", entry_points)
     return True
