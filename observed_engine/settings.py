@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from .contract.records import field, fields, record, replace
 from .contract.store_schema import default_store_path
 
 
@@ -22,21 +22,21 @@ class SettingsError(ValueError):
     """A key of the ``observed:`` section has a value we cannot use."""
 
 
-@dataclass(frozen=True)
+@record
 class StoreSettings:
     enabled: bool = True
     path: Optional[str] = None          # None: HERMES_HOME/observed/telemetry.sqlite
     retention_days: float = 14.0
 
 
-@dataclass(frozen=True)
+@record
 class PrometheusSettings:
     enabled: bool = False
     host: str = "127.0.0.1"
     port: int = 9464
 
 
-@dataclass(frozen=True)
+@record
 class OtlpSettings:
     enabled: bool = False
     protocol: Optional[str] = None      # "grpc" | "http/protobuf"; None: OTEL_EXPORTER_OTLP_PROTOCOL or grpc
@@ -45,7 +45,7 @@ class OtlpSettings:
     timeout_seconds: float = 5.0
 
 
-@dataclass(frozen=True)
+@record
 class Settings:
     inner: str = "compressor"
     name: Optional[str] = None          # the engine name the host sees; None: the inner's name

@@ -10,8 +10,9 @@ proves the translation with the real exporter.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
+
+from .records import record
 
 COUNTER = "counter"
 HISTOGRAM = "histogram"
@@ -33,7 +34,7 @@ TOKEN_BUCKETS = (
 MESSAGE_BUCKETS = (5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
 
 
-@dataclass(frozen=True)
+@record
 class MetricSpec:
     key: str                      # short key used in code (Instruments attribute)
     otel_name: str

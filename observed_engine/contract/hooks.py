@@ -9,8 +9,9 @@ the plugin side (doctor) all read this table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
+
+from .records import record
 
 PLAIN = "plain"          # timestamps + compact event, everything else off the hook path
 COMPRESS = "compress"    # live span (children nest), deadline watchdog, token snapshot
@@ -19,7 +20,7 @@ CLONE = "clone"          # the clone comes back observed too
 SELECT = "select"        # select_context: fail-open table and churn
 
 
-@dataclass(frozen=True)
+@record
 class HookSpec:
     name: str
     kind: str = PLAIN

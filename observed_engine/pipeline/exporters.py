@@ -9,15 +9,15 @@ asks for an exporter: with the defaults (store only) the SDK is never imported.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Callable, List, Optional
 
 from ..settings import Settings
+from ..contract.records import field, record
 
 ErrorCounter = Callable[[str], None]
 
 
-@dataclass
+@record(frozen=False)
 class BuiltProviders:
     tracer_provider: Optional[Any] = None      # an SDK TracerProvider
     meter_provider: Optional[Any] = None        # an SDK MeterProvider

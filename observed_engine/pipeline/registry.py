@@ -25,8 +25,9 @@ import os
 import threading
 import time
 import weakref
-from dataclasses import replace
 from typing import Dict, List, Optional
+
+from ..contract.records import replace
 
 from ..settings import Settings
 from . import prometheus

@@ -10,13 +10,13 @@ does it differ -- everything after that point is a prompt-cache prefix lost.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Optional
 
 from ..contract import vocabulary as v
+from ..contract.records import record
 
 
-@dataclass(frozen=True)
+@record
 class Verdict:
     result: str                          # one of vocabulary.SELECTION_RESULTS
     fail_open_reason: Optional[str] = None   # one of vocabulary.FAIL_OPEN_REASONS
