@@ -14,23 +14,29 @@ Standard library only, so it runs without the project installed: both modules ar
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import importlib
 import json
 import sys
+import types
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "dashboards" / "hermes-context-engine.json"
 CONTRACT = Path(__file__).resolve().parents[2] / "observed_engine" / "contract"
 
 
+_CONTRACT_PACKAGE = "_board_contract"
+
+
 def _load(name: str):
     """observed_engine/contract/<name>.py (stdlib only) without importing the package (its
-    __init__ needs OpenTelemetry)."""
-    spec = importlib.util.spec_from_file_location(f"_board_{name}", CONTRACT / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    __init__ needs OpenTelemetry): a module of a stand-in package whose path is the contract
+    folder, so that the contract's relative imports (``from .records import record``) resolve
+    within it."""
+    if _CONTRACT_PACKAGE not in sys.modules:
+        package = types.ModuleType(_CONTRACT_PACKAGE)
+        package.__path__ = [str(CONTRACT)]
+        sys.modules[_CONTRACT_PACKAGE] = package
+    return importlib.import_module(f"{_CONTRACT_PACKAGE}.{name}")
 
 
 catalogue, promql = _load("catalogue"), _load("promql")
