@@ -109,3 +109,32 @@ def test_worker_thread_benchmark_times_the_processor_in_this_thread(monkeypatch)
 
     figures = worker_thread.measure("should_compress", 2, True)
     assert len(figures) == 2 and all(0 < f < 10_000 for f in figures), figures
+
+
+def test_agent_process_counts_a_threads_cpu_below_a_clock_tick(monkeypatch):
+    """The observer's threads spend a few ms each in a one-shot; /proc's tick counts (10 ms) read
+    that as 0 or 10 ms. The benchmark reads each thread's CPU-time clock instead."""
+    import threading
+    import time
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import agent_process
+
+    burnt, release = threading.Event(), threading.Event()
+
+    def burn():
+        start = time.thread_time()
+        while time.thread_time() - start < 0.004:
+            pass
+        burnt.set()
+        release.wait(30)
+
+    t = threading.Thread(target=burn, name="observed-engine-burner")
+    t.start()
+    try:
+        assert burnt.wait(30)
+        cpu = agent_process._thread_cpu_s(t)
+        assert 0.004 <= cpu < 0.009, cpu
+    finally:
+        release.set()
+        t.join(30)
