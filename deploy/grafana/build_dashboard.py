@@ -8,7 +8,8 @@ The board is built from small helpers so every query uses the same template-vari
 every panel the same datasource variable. Metric names come from observed_engine/contract/catalogue.py
 and the query shapes from observed_engine/contract/promql.py, which the Streamlit dashboard's Prometheus source
 uses too (tests/test_deploy.py checks the generated exprs against the catalogue).
-Standard library only, so it runs without the project installed: both modules are loaded by path.
+Standard library only, so it runs without the project installed: both modules are loaded from the
+contract folder (as a stand-in package, so their relative imports resolve), not through observed_engine.
 """
 
 from __future__ import annotations

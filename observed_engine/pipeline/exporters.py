@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional
 
-from ..settings import Settings
 from ..contract.records import field, record
+from ..settings import Settings
 
 ErrorCounter = Callable[[str], None]
 

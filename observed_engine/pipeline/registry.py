@@ -28,7 +28,6 @@ import weakref
 from typing import Dict, List, Optional
 
 from ..contract.records import replace
-
 from ..settings import Settings
 from . import prometheus
 from .pipeline import Pipeline
