@@ -2,11 +2,46 @@
 
     from observed_engine import observe
     engine = observe(inner)        # the same engine, now traced and measured
+
+The root is lazy (PEP 562): importing ``observed_engine.contract``, the store or the dashboard's
+readers does not import the engine side (the API, the pipeline, OpenTelemetry). The names below are
+imported on first use.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .version import __version__
-from .api import flush, observe, shutdown, unobserve
-from .capture import is_observed
-from .pipeline import REGISTRY, Registry
+
+# public name -> the module that defines it
+_LAZY = {
+    "observe": ".api",
+    "unobserve": ".api",
+    "flush": ".api",
+    "shutdown": ".api",
+    "is_observed": ".capture",
+    "Registry": ".pipeline",
+    "REGISTRY": ".pipeline",
+}
 
 __all__ = ["observe", "unobserve", "is_observed", "flush", "shutdown", "Registry", "REGISTRY", "__version__"]
+
+if TYPE_CHECKING:   # for type checkers and IDEs: the names as if imported eagerly
+    from .api import flush, observe, shutdown, unobserve
+    from .capture import is_observed
+    from .pipeline import REGISTRY, Registry
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value          # later lookups are plain module attributes
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -1,5 +1,4 @@
-"""The package version, in a module of its own so every layer can read it without
-importing the package root (which imports the top layers)."""
+"""The package version, in a module of its own: the lazy package root and every layer read it."""
 
 __version__ = "0.1.0"
 

