@@ -32,7 +32,8 @@ from ..capture.state_reads import read_state
 from ..contract.events import MISSING, STATE_FIELDS
 from ..worker import EventProcessor
 from ..worker.state import blocked_reasons, static_class_value
-from .exporters import BuiltProviders, build_providers
+from .exporters import build_providers
+from .providers import BuiltProviders
 from .instruments import Instruments
 from .recorder import Recorder
 from .watchdog import CompressionWatchdog

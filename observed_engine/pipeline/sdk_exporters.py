@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from ..settings import Settings
-from .exporters import BuiltProviders, ErrorCounter
+from .providers import BuiltProviders, ErrorCounter
 
 logger = logging.getLogger("observed_engine.exporters")
 
