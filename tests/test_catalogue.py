@@ -38,20 +38,6 @@ def test_prometheus_names_are_what_the_exporter_exposes():
     provider.shutdown()
 
 
-def test_contract_metrics_are_all_in_the_catalogue():
-    contract = ROOT.parent / "shared" / "design" / "telemetry-contract.md"
-    if not contract.exists():
-        import pytest
-
-        pytest.skip("shared/design not beside this checkout")
-    names = set()
-    for line in contract.read_text().splitlines():
-        if line.startswith("| `hermes_"):
-            names.add(line.split("`")[1])
-    assert names, "no metric rows parsed from the contract"
-    assert names <= {m.prom_name for m in catalogue.METRICS}, sorted(names - {m.prom_name for m in catalogue.METRICS})
-
-
 def test_readme_metric_table_is_generated_from_the_catalogue():
     readme = (ROOT / "README.md").read_text()
     assert catalogue.markdown_table() in readme, "README metric table is stale: paste catalogue.markdown_table()"

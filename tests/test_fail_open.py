@@ -1,7 +1,7 @@
 """Fail-open events, classified exactly as the host classifies them, and the wrapper's own errors.
 
 ``host_select`` below follows the head host's rules for ``select_context``
-(shared/design/hermes-host-contract.md): an exception, ``[]``, a non-list or a
+(docs/design/host-contract.md): an exception, ``[]``, a non-list or a
 list with a non-dict item fall open to the original request (warning);
 ``None`` passes it through silently; a non-empty list of dicts is sent as is.
 The tests compare what the host receives from the observed engine with what

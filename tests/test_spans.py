@@ -1,4 +1,4 @@
-"""Spans, checked with InMemorySpanExporter against telemetry-contract.md."""
+"""Spans, checked with InMemorySpanExporter against docs/design/telemetry-contract.md."""
 
 from __future__ import annotations
 

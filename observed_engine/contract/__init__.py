@@ -7,5 +7,5 @@ metric), ``vocabulary`` (outcomes, event kinds, reasons, alerts and severities),
 ``promql`` (the query shapes of the dashboard and the Grafana board).
 
 The public names here are also the project's published interface
-(shared/design/telemetry-contract.md): add freely, rename nothing without a migration note.
+(docs/design/telemetry-contract.md): add freely, rename nothing without a migration note.
 """

@@ -2,8 +2,8 @@
 
 Defined once here; the worker writes them into spans, metrics and store rows, the
 dashboard reads them back, the alert rules and the docs are checked against them
-(tests/contract). Renaming one is a change of the public contract
-(shared/design/telemetry-contract.md): add, never rename without a migration note.
+(tests/test_contract.py, tests/test_public_contract.py). Renaming one is a change of the public
+contract (docs/design/telemetry-contract.md): add, never rename without a migration note.
 """
 
 from __future__ import annotations
