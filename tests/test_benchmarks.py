@@ -138,3 +138,20 @@ def test_agent_process_counts_a_threads_cpu_below_a_clock_tick(monkeypatch):
     finally:
         release.set()
         t.join(30)
+
+
+def test_memory_benchmark_measures_an_observed_session_and_the_helper(tmp_path):
+    """``memory.py``'s observed runs get the observed engine (it stops otherwise), the session
+    compresses (so the token helper ran and its own RSS is read), and the gateway run samples the
+    process's RSS as it goes."""
+    proc = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "memory.py"), "--rounds", "1", "--turns", "6",
+         "--sessions", "4", "--sample-every", "2"],
+        capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    observed = next(line for line in lines if line.strip().startswith("observed  RSS"))
+    helper_rss = float(observed.split("token helper RSS")[1].split()[0])
+    assert helper_rss > 10, observed              # the helper process was found and measured
+    assert "compressions 0" not in observed
+    assert any(line.strip().startswith("observed  RSS after 2:") for line in lines), proc.stdout
