@@ -5,9 +5,11 @@ transaction and SQLite's busy timeout serialises writers. The dashboard reads th
 same file read-only. The schema is part of the contract
 (``observed_engine.contract.store_schema``; docs/store-schema.md says what the writer
 does with bad rows, a deleted or replaced file, older stores and files that are not
-stores).
+stores). What the thread uses, one concept per module: ``files`` (the file's identity,
+setting aside what a deleted file left), ``connection`` (refusing foreign files, the
+schema and its migration), ``values`` (storable values, data faults against file faults),
+``statements`` (grouped multi-row INSERTs), ``retention`` (chunked deletes by age).
 """
-
 
 from __future__ import annotations
 
@@ -15,370 +17,19 @@ import logging
 import os
 import socket
 import sqlite3
-import stat
 import threading
 import time
 from collections import deque
-from itertools import chain
 from pathlib import Path
 from typing import Callable, Iterable, Optional
-from urllib.parse import quote
 
-from ..contract.store_schema import (COLUMNS, INSERT_SQL, ORPHAN_SUFFIX, SCHEMA_SQL, SCHEMA_VERSION,
-                                     add_column_sql, insert_sql)
+from .connection import ForeignStoreError, close_quietly, connect
+from .files import SIDE_SUFFIXES, file_ids, set_aside
+from .retention import RETENTION_PAUSE, Retention
+from .statements import Statements
+from .values import is_data_error, storable_row
 
 logger = logging.getLogger("observed_engine.store")
-
-_SIDE_SUFFIXES = ("-wal", "-shm")
-
-
-def _file_id(path) -> Optional[tuple]:
-    """(st_dev, st_ino) of ``path``, None when there is nothing there (or it cannot be looked at)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_dev, st.st_ino)
-
-
-def _set_aside(path, suffixes) -> list:
-    """Move ``path``+suffix to ``path``+suffix+ORPHAN_SUFFIX (replacing an older one); the names moved."""
-    moved = []
-    for suffix in suffixes:
-        side = f"{path}{suffix}"
-        if os.path.lexists(side):
-            os.replace(side, side + ORPHAN_SUFFIX)
-            moved.append(os.path.basename(side))
-    return moved
-
-
-def _set_aside_stale_files(path: Path) -> None:
-    """The main file is gone but its -wal/-shm (or a -journal) are still there: a store deleted
-    while a process had it open, or a process killed with it open. SQLite would read them as the
-    new file's (a "disk I/O error" on every batch while their process lives, or the deleted rows
-    back from the -wal): move them aside (NAME-wal.orphaned, replacing an older one), log it."""
-    if os.path.lexists(path):
-        return
-    moved = _set_aside(path, (*_SIDE_SUFFIXES, "-journal"))
-    if moved:
-        logger.warning("observed-engine store %s: the file is missing but a stale %s of it was left behind "
-                       "(deleted while open, or a process killed with it open); moved aside to %s so a new "
-                       "store can be created", path, " and ".join(moved),
-                       " and ".join(m + ORPHAN_SUFFIX for m in moved))
-
-
-
-def readonly_uri(path: os.PathLike | str) -> str:
-    """The ``file:`` URI that opens ``path`` read-only: the absolute path percent-quoted, so a
-    ``#``, ``?`` or ``%`` in it is part of the path (unquoted, ``.../C#proj/x.sqlite`` opens
-    ``.../C`` read-write and creates it)."""
-    return "file:" + quote(os.fsencode(os.path.abspath(os.fspath(path)))) + "?mode=ro"
-
-
-class ForeignStoreError(Exception):
-    """The file at the store path is not an observed-engine store: another program's SQLite
-    database, or not SQLite at all. ``connect`` leaves it exactly as it was."""
-
-
-SQLITE_HEADER = b"SQLite format 3\x00"
-
-
-def _check_file(path: Path) -> None:
-    """Refuse what is at ``path`` unless it is nothing, an empty file, or an SQLite file."""
-    try:
-        st = os.stat(path)
-    except FileNotFoundError:
-        return
-    if not stat.S_ISREG(st.st_mode):
-        raise ForeignStoreError(f"{path} is not a regular file")
-    if st.st_size == 0:
-        return
-    with open(path, "rb") as f:
-        head = f.read(len(SQLITE_HEADER))
-    if head != SQLITE_HEADER:
-        raise ForeignStoreError(f"{path} is not an SQLite database (it starts with {head[:12]!r})")
-
-
-def _check_ours(conn: sqlite3.Connection, path: Path) -> None:
-    """Inside the opening transaction, before anything is written: raise ForeignStoreError
-    unless the database is empty or ours (a ``meta`` table with an integer ``schema_version``,
-    and an ``events`` table with our ``ts`` and ``event`` columns, or no other table at all)."""
-    objects = [name for (name,) in conn.execute(
-        "SELECT name FROM sqlite_master WHERE name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")]
-    if not objects:
-        return                                  # an empty database: ours to create
-    tables = {name for (name,) in conn.execute(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite\\_%' ESCAPE '\\'")}
-    shown = ", ".join(sorted(tables)[:5]) or ", ".join(sorted(objects)[:5])
-    if "meta" not in tables:
-        raise ForeignStoreError(f"{path} is not an observed-engine store: it has tables ({shown}) and no meta table")
-    try:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-        int(row[0])                             # no row (TypeError) or not a number (ValueError)
-    except (sqlite3.OperationalError, TypeError, ValueError):
-        row = None
-    if row is None:
-        raise ForeignStoreError(f"{path} is not an observed-engine store: its meta table ({shown}) holds no "
-                                f"schema_version of ours")
-    if "events" in tables:
-        columns = {r[1] for r in conn.execute("PRAGMA table_info(events)")}
-        if not {"ts", "event"} <= columns:
-            raise ForeignStoreError(f"{path} is not an observed-engine store: its events table is another's "
-                                    f"(columns {', '.join(sorted(columns)[:8])})")
-    elif tables - {"meta"}:
-        raise ForeignStoreError(f"{path} is not an observed-engine store: it has other tables ({shown}) "
-                                f"and no events table")
-
-
-def connect(path: os.PathLike | str, *, readonly: bool = False, timeout: float = 5.0) -> sqlite3.Connection:
-    """Open the store. Writers create the schema (or migrate an older store); readers open
-    read-only (URI mode=ro).
-
-    A writer raises ForeignStoreError, and changes nothing, when the file is not ours: not SQLite,
-    or another program's database (a mistyped store.path). Only then, and after the schema is
-    in place, is the journal mode switched to WAL."""
-    path = Path(path)
-    if readonly:
-        return sqlite3.connect(readonly_uri(path), uri=True, timeout=timeout, check_same_thread=False)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    _set_aside_stale_files(path)
-    _check_file(path)
-    conn = sqlite3.connect(str(path), timeout=timeout, isolation_level=None, check_same_thread=False)
-    try:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            _check_ours(conn, path)
-            version, added = _create_or_migrate(conn)
-            conn.execute("COMMIT")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.execute("PRAGMA synchronous=NORMAL")
-    except BaseException:
-        _close(conn)
-        raise
-    if added or (version is not None and version < SCHEMA_VERSION):
-        logger.info("observed-engine store %s: schema version %s -> %s; added the columns its events table "
-                    "lacked: %s", path, version, max(version or 0, SCHEMA_VERSION), ", ".join(added) or "none")
-    return conn
-
-
-def _stored_version(conn: sqlite3.Connection) -> Optional[int]:
-    """``meta.schema_version`` of the store (None when there is none yet)."""
-    try:
-        row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    except sqlite3.OperationalError:          # no meta table yet
-        return None
-    if row is None:
-        return None
-    try:
-        return int(row[0])
-    except (TypeError, ValueError):
-        return None
-
-
-def _create_or_migrate(conn: sqlite3.Connection):
-    """Create the schema, or bring an older store up to it, inside the caller's transaction:
-    every column of COLUMNS the events table lacks is added (whatever version added it), then
-    the indexes (which may name those columns); meta.schema_version is raised, never lowered.
-    Returns (the stored version or None, the columns added)."""
-    version = _stored_version(conn)
-    for stmt in SCHEMA_SQL:
-        if stmt.startswith("CREATE TABLE"):
-            conn.execute(stmt)
-    have = {row[1] for row in conn.execute("PRAGMA table_info(events)")}
-    added = [c for c in COLUMNS if c not in have]
-    for column in added:
-        conn.execute(add_column_sql(column))
-    for stmt in SCHEMA_SQL:
-        if not stmt.startswith("CREATE TABLE"):
-            conn.execute(stmt)
-    if version is None:
-        conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-    elif version < SCHEMA_VERSION:
-        conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
-    return version, added
-
-
-_INT64 = (-(2 ** 63), 2 ** 63 - 1)
-
-
-def storable_text(text: str) -> str:
-    """``text`` as a string SQLite can store (UTF-8): each lone surrogate becomes U+FFFD
-    (a pair of surrogates, which is one character in UTF-16, is joined into it)."""
-    if text.isascii():
-        return text
-    try:
-        text.encode("utf-8")
-        return text
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-
-
-def _storable_value(value):
-    if value is None or type(value) is float or type(value) is bytes:
-        return value
-    if isinstance(value, str):
-        fixed = storable_text(value)
-        return value if fixed == value else fixed
-    if isinstance(value, int):
-        return value if _INT64[0] <= value <= _INT64[1] else None
-    if isinstance(value, float):
-        return value
-    if isinstance(value, (bytearray, memoryview)):
-        return bytes(value)
-    return None
-
-
-def _storable(row):
-    """``row`` with lone surrogates in text replaced (U+FFFD) and every other value SQLite
-    cannot store replaced by NULL; ``row`` itself (the same object) when nothing changed or
-    when it is not a row at all (that one fails again, alone, and is skipped)."""
-    if _is_named_row(row):
-        values = _storable(row[1])
-        return row if values is row[1] else (row[0], values)
-    if not isinstance(row, (tuple, list)):
-        return row
-    out = tuple(map(_storable_value, row))
-    if all(a is b for a, b in zip(out, row)):
-        return row
-    return out
-
-
-def _is_named_row(row) -> bool:
-    """A row as ``store_schema.row_from`` makes it: (column names, values)."""
-    return type(row) is tuple and len(row) == 2 and type(row[0]) is tuple and isinstance(row[1], (tuple, list))
-
-
-class _Statements:
-    """The INSERTs of each distinct tuple of column names rows give, made (and checked) once.
-
-    A row is bound with only the columns it has (binding the NULLs of the other columns cost as
-    much as the rest of the insert). Names that are not columns are left out, as ``make_row``
-    promises. A full-width tuple in COLUMNS order (what rows were before) is still taken.
-
-    Rows of one shape are inserted many at a time, by one multi-row ``INSERT ... VALUES (...),
-    (...)``, not by ``executemany``: the sqlite3 module releases the GIL around every step, and
-    ``executemany`` steps once per row, so with any busy Python thread in the process (the host,
-    our own worker under a backlog) each row waited for the interpreter's switch interval to get the
-    GIL back: 3 ms per row measured here, against 20 µs this way (and 3.2 against 5.3 µs of CPU per
-    row with nothing else running). The row counts per statement are powers of two, so each shape
-    has at most a handful of statements for the sqlite3 module's statement cache."""
-
-    LIMIT = 1024          # distinct name tuples kept; past that the cache starts again
-    MAX_ROWS = 256        # rows per statement (fewer where the build's variable limit is lower)
-
-    def __init__(self) -> None:
-        self._by_names: dict = {}
-        self._many: dict = {}             # (columns with id, rows) -> its INSERT
-        self._max_variables = 999         # SQLite's smallest default; read from the connection
-
-    def use_connection(self, conn: sqlite3.Connection) -> None:
-        try:
-            self._max_variables = conn.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER)
-        except Exception:       # an sqlite3 module without getlimit: the smallest default
-            self._max_variables = 999
-
-    def _for(self, names: tuple):
-        found = self._by_names.get(names)
-        if found is None:
-            if len(self._by_names) >= self.LIMIT:
-                self._by_names.clear()
-                self._many.clear()
-            known = [i for i, n in enumerate(names) if type(n) is str and n in _COLUMN_SET]
-            kept = tuple(names[i] for i in known)
-            if len(set(kept)) != len(kept):
-                raise ValueError("a store row names a column twice")
-            if not kept:     # (an INSERT naming no column is not even SQL: it would fail as a file error)
-                raise ValueError("a store row names no column")
-            pick = None if len(known) == len(names) else known
-            found = self._by_names[names] = (("id", *kept), insert_sql(kept), pick)
-        return found
-
-    def bind(self, row, row_id: Optional[int]):
-        """(the columns with ``id`` first, its parameters with ``row_id`` first) for ``row``; with
-        ``row_id`` None, (the one-row INSERT without ``id``, its parameters)."""
-        if _is_named_row(row):
-            names, values = row
-            if len(names) != len(values):
-                raise ValueError("a store row has not one value per name")
-            with_id, without_id, pick = self._for(names)
-            if pick is not None:
-                values = [values[i] for i in pick]
-        elif isinstance(row, (tuple, list)) and len(row) == len(COLUMNS):
-            with_id, without_id, values = _FULL_WIDTH_WITH_ID, INSERT_SQL, row
-        else:
-            raise ValueError("not a store row")
-        if row_id is None:
-            return without_id, values
-        return with_id, (row_id, *values)
-
-    def grouped(self, rows: list, row_id: int) -> dict:
-        """{columns with ``id`` first: the parameters of its rows}, the rows getting the ids after
-        ``row_id`` in their order."""
-        groups: dict = {}
-        known = self._by_names.get
-        for row in rows:
-            row_id += 1
-            # the worker's rows, of a shape seen before: what bind() does, without its checks and calls
-            found = known(row[0]) if type(row) is tuple and len(row) == 2 and type(row[0]) is tuple else None
-            if found is not None and found[2] is None and type(row[1]) is tuple and len(row[1]) == len(row[0]):
-                columns, params = found[0], (row_id, *row[1])
-            else:
-                columns, params = self.bind(row, row_id)
-            group = groups.get(columns)
-            if group is None:
-                groups[columns] = [params]
-            else:
-                group.append(params)
-        return groups
-
-    def insert_all(self, conn: sqlite3.Connection, columns: tuple, params: list) -> None:
-        """Insert the rows ``params`` (each in ``columns`` order) in as few statements as fit."""
-        per = self.MAX_ROWS
-        while per > 1 and per * len(columns) > self._max_variables:
-            per //= 2
-        i, n = 0, len(params)
-        while i < n:
-            k = per
-            while k > n - i:
-                k //= 2
-            sql = self._many.get((columns, k))
-            if sql is None:
-                sql = self._many[(columns, k)] = insert_sql(columns, k)
-            conn.execute(sql, list(chain.from_iterable(params[i:i + k])) if k > 1 else params[i])
-            i += k
-
-
-_COLUMN_SET = frozenset(COLUMNS)
-_FULL_WIDTH_WITH_ID = ("id", *COLUMNS)
-
-
-def _is_data_error(exc: BaseException) -> bool:
-    """True when ``exc`` is about the values of a row (that row fails again however often it is
-    retried: a lone surrogate, an unbindable type, a NOT NULL column without a value, the wrong
-    number of values), False when it is about the file (locked, read-only, full, I/O, corrupt)."""
-    if isinstance(exc, (sqlite3.IntegrityError, sqlite3.DataError, sqlite3.InterfaceError)):
-        return True
-    if isinstance(exc, sqlite3.ProgrammingError):
-        return "closed" not in str(exc)
-    if isinstance(exc, sqlite3.Error):
-        return False
-    return isinstance(exc, (ValueError, TypeError, OverflowError))      # UnicodeEncodeError is a ValueError
-
-
-RETENTION_PERIOD = 600.0     # seconds between two retention passes
-RETENTION_CHUNK = 5000       # rows deleted per transaction
-RETENTION_PAUSE = 0.02       # seconds between two chunks of one pass
-RETENTION_SQL = "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE ts < ? LIMIT ?)"
-
-
-def _close(conn: sqlite3.Connection) -> None:
-    try:
-        conn.close()
-    except Exception:
-        pass
 
 
 class StoreWriter:
@@ -426,10 +77,9 @@ class StoreWriter:
         self._conn: Optional[sqlite3.Connection] = None
         self._file_ids: tuple = (None, None, None)    # (st_dev, st_ino) of the open file, its -wal, its -shm
         self.refused: Optional[ForeignStoreError] = None  # the path is not our store: nothing is written
-        self._last_retention = 0.0
-        self._retention_cutoff: Optional[float] = None   # a retention pass under way (more chunks to delete)
+        self._retention = Retention(retention_days)
         self._logged_errors: set = set()
-        self._statements = _Statements()
+        self._statements = Statements()
         self.rows_written = 0
         self.rows_dropped = 0
         # the last batch failed (locked, read-only, full, unreachable directory) and is held for a retry:
@@ -535,12 +185,12 @@ class StoreWriter:
             t.join(timeout)
         if not self._thread_running() and self._conn is not None:
             conn, self._conn = self._conn, None
-            _close(conn)
+            close_quietly(conn)
 
     # -- the file under the connection ------------------------------------------
 
     def _current_ids(self) -> tuple:
-        return tuple(_file_id(p) for p in (self.path, *(f"{self.path}{s}" for s in _SIDE_SUFFIXES)))
+        return file_ids(self.path)
 
     def _replaced(self) -> bool:
         """The path no longer names the file the connection has open (deleted, or replaced by
@@ -566,12 +216,12 @@ class StoreWriter:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
         except Exception:
             pass
-        _close(conn)
+        close_quietly(conn)
         now = self._current_ids()
-        ours = [suffix for suffix, opened, current in zip(_SIDE_SUFFIXES, self._file_ids[1:], now[1:])
+        ours = [suffix for suffix, opened, current in zip(SIDE_SUFFIXES, self._file_ids[1:], now[1:])
                 if opened is not None and opened == current]
         try:
-            _set_aside(self.path, ours)
+            set_aside(self.path, ours)
         except OSError:
             pass
 
@@ -608,7 +258,7 @@ class StoreWriter:
     def _run(self) -> None:
         while not self._stop:
             try:
-                self._wake.wait(self.flush_interval if self._retention_cutoff is None else RETENTION_PAUSE)
+                self._wake.wait(RETENTION_PAUSE if self._retention.under_way else self.flush_interval)
                 self._wake.clear()
                 with self._idle:
                     self._busy = True
@@ -669,7 +319,7 @@ class StoreWriter:
             self.failing = True
             if self._conn is not None and isinstance(exc, sqlite3.DatabaseError) and "locked" not in str(exc):
                 conn, self._conn = self._conn, None
-                _close(conn)
+                close_quietly(conn)
             self._error("write", exc)
             # back off a little so a locked or full disk is not hammered
             time.sleep(min(1.0, self.flush_interval * 2))
@@ -700,18 +350,18 @@ class StoreWriter:
             try:
                 written = self._insert_grouped(conn, batch)
             except Exception as exc:
-                if not _is_data_error(exc):
+                if not is_data_error(exc):
                     raise
                 # Retried as it is, this batch would fail forever and block every later row.
                 conn.execute("ROLLBACK")
-                fixed = [_storable(row) for row in batch]
+                fixed = [storable_row(row) for row in batch]
                 if any(a is not b for a, b in zip(fixed, batch)):
                     repaired = exc
                 conn.execute("BEGIN IMMEDIATE")
                 try:
                     written = self._insert_grouped(conn, fixed)
                 except Exception as exc2:
-                    if not _is_data_error(exc2):
+                    if not is_data_error(exc2):
                         raise
                     conn.execute("ROLLBACK")
                     conn.execute("BEGIN IMMEDIATE")
@@ -721,7 +371,7 @@ class StoreWriter:
                             conn.execute(*self._statements.bind(row, None))
                             written += 1
                         except Exception as exc3:
-                            if not _is_data_error(exc3):
+                            if not is_data_error(exc3):
                                 raise
                             n_skipped += 1
                             first = first or exc3
@@ -737,7 +387,7 @@ class StoreWriter:
         return written, repaired, skipped
 
     def _insert_grouped(self, conn: sqlite3.Connection, rows: list) -> int:
-        """The rows of each distinct set of columns together (``_Statements.insert_all``). The ids
+        """The rows of each distinct set of columns together (``Statements.insert_all``). The ids
         are given in the order the rows came (the next ones after the table's largest, read inside
         this write transaction, so another process's writer cannot take them), so the table's
         order is the arrival order, as if the rows had been inserted one after the other."""
@@ -748,25 +398,5 @@ class StoreWriter:
         return len(rows)
 
     def _maybe_retention(self) -> None:
-        """At most every RETENTION_PERIOD seconds, delete the rows older than ``retention_days``:
-        one chunk of RETENTION_CHUNK rows per writer cycle, each its own short transaction, the
-        cycles RETENTION_PAUSE apart while there is more, so that no delete of a large backlog
-        holds the write lock for long: other writers (and this one's own batches) get in between."""
-        if not self.retention_days or self._conn is None:
-            return
-        if self._retention_cutoff is None:
-            now = time.time()
-            if now - self._last_retention < RETENTION_PERIOD:
-                return
-            self._last_retention = now
-            self._retention_cutoff = now - self.retention_days * 86400.0
-        try:
-            deleted = self._conn.execute(RETENTION_SQL, (self._retention_cutoff, RETENTION_CHUNK)).rowcount
-        except Exception as exc:
-            self._retention_cutoff = None       # again in RETENTION_PERIOD
-            self._error("retention", exc)
-            return
-        if deleted < RETENTION_CHUNK:
-            self._retention_cutoff = None
-
-
+        """The next chunk of a retention pass, when one is due (``retention.Retention``)."""
+        self._retention.step(self._conn, self._error)
