@@ -4,7 +4,7 @@ The host reads and writes engine attributes directly, looks some of them up on
 ``type(engine)``, calls ``vars(engine)``, checks ``isinstance`` and compares
 returned lists by identity (docs/design/host-contract.md). A proxy object cannot
 honour all of that, so the inner instance is re-classed to a generated subclass of
-its own class. The subclass overrides only the traced hooks (capture/hook_forms.py);
+its own class. The subclass overrides only the traced hooks (capture/hook_forms.py, one module per form);
 each override calls the original method and records a compact event. Everything
 else -- state, class-level guards, signatures, identity of results, exceptions --
 is the inner engine's own.

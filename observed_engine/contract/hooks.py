@@ -32,7 +32,7 @@ class HookSpec:
     # Called on every provider request and, in every engine we know, never calls another
     # hook of its engine. The wrapper's hook for it checks the self-call guard but does not
     # set it (one thread-local read instead of a read and two writes), and takes the fast
-    # generated form with the inner's exact signature (capture/hook_forms.py).
+    # generated form with the inner's exact signature (capture/exact_leaf.py).
     leaf: bool = False
     # The hook may change the engine's state numbers (contract.events.STATE_FIELDS): the hook
     # path copies them right after the call (HookEvent.extra), before the host changes them.

@@ -28,6 +28,7 @@ from ..contract.store_schema import row_from
 from .handlers import HANDLERS
 from .histograms import HistogramBatch
 from .memory import EngineMemory
+from .pipeline_side import WorkerPipeline
 from .spans import DirectSpans
 from .state import resolve
 
@@ -48,13 +49,12 @@ _PACE_SLEEP_S = 0.00005   # ... then sleeps this long (about 5 % of its throughp
 class EventProcessor:
     """Turns batches of events into counts, histogram records, spans and store rows.
 
-    Its pipeline is passed in (``settings``, ``instruments``, ``tracer``, ``store``,
-    ``compress_timeout``, ``count_error``, ``take_pending_errors``, ``register_engine``);
-    the worker never imports the pipeline, and meets the capture side only through
-    ``contract.events``.
+    Its pipeline is passed in as a :class:`~.pipeline_side.WorkerPipeline`, the members it
+    uses named there; the worker never imports the pipeline, and meets the capture side only
+    through ``contract.events``.
     """
 
-    def __init__(self, pipeline) -> None:
+    def __init__(self, pipeline: WorkerPipeline) -> None:
         self.pipeline = pipeline
         self.settings = pipeline.settings
         self.instruments = pipeline.instruments

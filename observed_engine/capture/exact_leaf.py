@@ -1,0 +1,158 @@
+"""The exact leaf hooks: generated from source with exactly the inner method's parameters.
+
+The leaf hooks (``HookSpec.leaf``: ``update_from_response``, ``should_compress*``, ...) run on
+every provider request. Forwarding ``*args, **kwargs`` costs about 0.4 µs there, more than the
+rest of the hook path, so when the inner's method is a plain function with named parameters the
+hook is generated with exactly its parameters (same names, kinds and default objects) and calls
+it with them. The event then carries the positional values in order and the keyword-only ones by
+name. Any other leaf hook gets the generic form (``plain.make_plain_hook``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import itertools
+import linecache
+import operator
+import types
+from time import perf_counter_ns
+from typing import Any, Dict
+
+from ..contract.events import MISSING, STATE_FIELDS
+from .class_patch import as_called_by_host
+from .guard import guarded_running, inside
+from .parent_context import get_current_context
+from .state_reads import read_state
+
+_EXACT_LEAF_SOURCE = '''\
+def {name}({params}):{check}
+    if _oe_running and _oe_inside.engine is {self}:
+        return _oe_original({call})
+    _oe_ctx = {get_context}
+    _oe_t0 = _oe_clock()
+    try:
+        _oe_result = _oe_original({call})
+    except _oe_any_exception as _oe_exc:
+        _oe_t1 = _oe_clock()
+        if _oe_len(_oe_queue) < _oe_cap:
+            _oe_append(({idx}, {self}, _oe_t0, _oe_t1, _oe_exc, {positional}, {keywords}, None, _oe_ctx, None))
+        else:
+            _oe_dropped()
+        raise
+    _oe_t1 = _oe_clock()
+    if _oe_len(_oe_queue) < _oe_cap:{read_state}
+        _oe_append(({idx}, {self}, _oe_t0, _oe_t1, None, {positional}, {keywords}, _oe_result, _oe_ctx, {state}))
+    else:
+        _oe_dropped()
+    return _oe_result
+'''
+
+# state_reads.read_state, inlined (a call would cost a third of what it reads). When the
+# engine the class was generated for holds all three numbers in its instance dict (the
+# built-in does), one itemgetter call reads them; an instance that lacks one falls back.
+# ``self.__dict__`` is read directly only when no class in the MRO overrides
+# __getattribute__ (that would be engine code the host did not call).
+_INLINE_READ_STATE = """
+        try:
+            _oe_state = {read}
+        except _oe_exception:
+            _oe_state = _oe_read_state({self})"""
+_READ_BY_ITEMGETTER = "_oe_get_state({dict})"
+_READ_BY_GETS = ('(_oe_d := {dict}).get("last_prompt_tokens", _oe_missing), '
+                 '_oe_d.get("threshold_tokens", _oe_missing), _oe_d.get("context_length", _oe_missing)')
+
+# The class-level patch check (class_patch): the inner's class read as the bare engine's attribute
+# lookup reads it; on a change the call goes, as the host made it, to the hook made anew.
+_STALE_CHECK = """
+    if _oe_inner.{name} is not _oe_original:
+        return _oe_changed({self}, {positional}, {keywords})"""
+
+_NO_KEYWORDS = types.MappingProxyType({})
+
+
+def make_exact_leaf_hook(spec, idx, original, pipeline, cls, state_in_instance, stale=None):
+    if not isinstance(original, types.FunctionType) or "__signature__" in vars(original):
+        return None   # a declared __signature__ may not be what Python binds: keep the generic form
+    if stale is not None and stale.is_stale():
+        return None   # the class does not answer this function (a metaclass attribute): the generic form
+    try:
+        sig = inspect.signature(original, follow_wrapped=False)
+    except (TypeError, ValueError):
+        return None
+    params = list(sig.parameters.values())
+    P = inspect.Parameter
+    if not params or params[0].kind not in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD):
+        return None
+    if any(p.kind in (P.VAR_POSITIONAL, P.VAR_KEYWORD) or p.name.startswith("_oe_")
+           or not p.name.isidentifier() for p in params):
+        return None
+
+    namespace: Dict[str, Any] = {}
+    rendered, call, positional, keywords = [], [], [], []
+    seen_keyword_only = False
+    for i, p in enumerate(params):
+        if p.kind is P.KEYWORD_ONLY and not seen_keyword_only:
+            rendered.append("*")
+            seen_keyword_only = True
+        text = p.name
+        if p.default is not P.empty:
+            namespace[f"_oe_default_{i}"] = p.default
+            text += f"=_oe_default_{i}"
+        rendered.append(text)
+        if i + 1 < len(params) and p.kind is P.POSITIONAL_ONLY and params[i + 1].kind is not P.POSITIONAL_ONLY:
+            rendered.append("/")
+        if p.kind is P.KEYWORD_ONLY:
+            call.append(f"{p.name}={p.name}")
+            if i:
+                keywords.append(f"{p.name!r}: {p.name}")
+        else:
+            call.append(p.name)
+            if i:
+                positional.append(p.name)
+    if len(params) == 1 and params[0].kind is P.POSITIONAL_ONLY:
+        rendered.append("/")
+    self_name = params[0].name
+    recorder = pipeline.recorder
+    if stale is not None:
+        namespace.update(_oe_inner=stale.inner_cls, _oe_changed=as_called_by_host(params, stale))
+    namespace.update(
+        _oe_running=guarded_running, _oe_inside=inside, _oe_original=original, _oe_clock=perf_counter_ns,
+        _oe_queue=recorder.queue, _oe_append=recorder.queue.append, _oe_cap=recorder.capacity,
+        _oe_dropped=recorder.note_dropped, _oe_get_context=get_current_context, _oe_no_keywords=_NO_KEYWORDS,
+        _oe_dict_of=object.__getattribute__, _oe_missing=MISSING,
+        _oe_read_state=read_state, _oe_get_state=operator.itemgetter(*STATE_FIELDS),
+        # builtins under reserved names: a parameter may be called `len` or `Exception`
+        _oe_len=len, _oe_any_exception=BaseException, _oe_exception=Exception,
+    )
+    positional_text = "(" + "".join(f"{n}, " for n in positional) + ")"
+    keywords_text = "{" + ", ".join(keywords) + "}" if keywords else "_oe_no_keywords"
+    source = _EXACT_LEAF_SOURCE.format(
+        name=spec.name, params=", ".join(rendered), self=self_name, call=", ".join(call), idx=idx,
+        check="" if stale is None else _STALE_CHECK.format(
+            name=spec.name, self=self_name, positional=positional_text, keywords=keywords_text),
+        get_context="_oe_get_context()" if pipeline.settings.traces else "None",
+        positional=positional_text, keywords=keywords_text,
+        read_state=_inline_read_state(cls, self_name, state_in_instance) if spec.reads_state else "",
+        state="_oe_state" if spec.reads_state else "None",
+    )
+    filename = f"<observed-engine {cls.__qualname__}.{spec.name} #{next(_generated_count)}>"
+    try:
+        code = compile(source, filename, "exec")
+        exec(code, namespace)
+    except SyntaxError:
+        return None
+    # so tracebacks through the hook show its lines (linecache keeps entries without an mtime)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    return namespace[spec.name]
+
+
+_generated_count = itertools.count(1)
+
+
+def _inline_read_state(cls, self_name, state_in_instance) -> str:
+    if cls.__getattribute__ is object.__getattribute__:
+        instance_dict = f"{self_name}.__dict__"
+    else:
+        instance_dict = f'_oe_dict_of({self_name}, "__dict__")'
+    read = (_READ_BY_ITEMGETTER if state_in_instance else _READ_BY_GETS).format(dict=instance_dict)
+    return _INLINE_READ_STATE.format(read=read, self=self_name)
