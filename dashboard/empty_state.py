@@ -18,7 +18,7 @@ def render_empty_state(src: Source, status: Status, refresh: float, *, typed: bo
     its failure says only that it cannot be opened (no hint whether the file exists)."""
     home = os.environ.get("HERMES_HOME", "~/.hermes")
     config = literal(home + "/config.yaml")
-    demo = literal(demo_store_path(home))
+    demo = literal(demo_store_path())
     label = literal(src.label)
     if src.kind == PROMETHEUS:
         if status.state == "error":

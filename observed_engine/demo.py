@@ -17,19 +17,29 @@ built-in compressor's cooldown after its summariser fails. Two engines:
 The fake LLM reports prompt-cache reads, and every few summaries one is slow enough to pass the
 compression deadline or fails (HTTP 401, then a dropped connection); now and then the router
 returns garbage from ``select_context`` (the host falls open). All of it lands in the SQLite
-store (default ``$HERMES_HOME/observed/demo.sqlite``) that the dashboard, served on 127.0.0.1
-while the traffic runs, reads.
+store that the dashboard, served on 127.0.0.1 while the traffic runs, reads; the address is
+printed once the dashboard answers there (a taken default port gives way to the next free one).
+
+The demo writes only inside a directory of its own (``--dir``; default ``$OBSERVED_DEMO_DIR``,
+else ``~/.local/state/observed-engine/demo``): the store ``demo.sqlite``, the agents' Hermes
+home ``demo-hermes-home/`` (set as ``HERMES_HOME`` before Hermes is imported, since Hermes'
+modules create their home's files at import), tiktoken's cache, the dashboard's log. Wrong
+arguments are one line on stderr and exit 2, before anything is created.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import errno
+import http.client
 import importlib.util
+import math
 import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -39,7 +49,7 @@ from types import SimpleNamespace
 from typing import Any, Dict, List, Optional
 
 from . import host
-from .contract.store_schema import demo_store_path
+from .contract.store_schema import DEMO_DIR_ENV, DEMO_STORE_FILE, demo_dir
 from .host import default_store_path
 from .loopback_llm import DROP, LoopbackChatServer, content_text
 
@@ -461,9 +471,11 @@ def dashboard_command(app: Path, *, store: Optional[os.PathLike | str] = None, p
     return cmd
 
 
-def start_dashboard(store: Path, address: str, port: int) -> Optional[subprocess.Popen]:
-    """The dashboard on *store*, in a process group of its own (the demo stops it with the group);
-    None, said on stderr, when Streamlit or the dashboard app is missing."""
+def start_dashboard(store: Path, address: str, port: int,
+                    log: Optional[Path] = None) -> Optional[subprocess.Popen]:
+    """The dashboard on *store*, in a process group of its own (the demo stops it with the group),
+    its output in *log* (so that the demo can say why it stopped); None, said on stderr, when
+    Streamlit or the dashboard app is missing."""
     problem = (DASHBOARD_EXTRA if not streamlit_installed()
                else f"dashboard not found at {DASHBOARD_APP}" if not DASHBOARD_APP.is_file() else None)
     if problem:
@@ -471,14 +483,155 @@ def start_dashboard(store: Path, address: str, port: int) -> Optional[subprocess
         return None
     env = dict(os.environ, OBSERVED_STORE=str(store), OBSERVED_REFRESH_SECONDS="2")
     cmd = dashboard_command(DASHBOARD_APP, store=store, address=address, port=port)
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    out = open(log, "wb") if log is not None else subprocess.DEVNULL
+    try:
+        return subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT if log is not None else out,
+                                start_new_session=True)
+    finally:
+        if log is not None:
+            out.close()
 
 
-def main(argv: Optional[List[str]] = None) -> int:
-    parser = argparse.ArgumentParser(prog="observed-engine demo", description=__doc__.splitlines()[0])
-    parser.add_argument("--store", type=Path, default=demo_store_path(host.hermes_home()),
-                        help="SQLite store to write (default: %(default)s)")
+# -- which port the dashboard gets, and whether it answers there -----------------------------
+# Streamlit told to use a port that is taken exits at once (``Port 8501 is not available``);
+# the demo used to print the address anyway, and whatever else answered there (another
+# dashboard, empty) was what the user saw. So the port is checked first, and the address is
+# printed only once the demo's own child answers on it.
+
+DEFAULT_DASHBOARD_PORT = 8501
+NEARBY_PORTS = 20               # tried after a taken default port, before any free port
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """Something holds ``host:port``: a bind as Streamlit's (tornado's ``bind_sockets``: every
+    address the host resolves to, SO_REUSEADDR, IPv6 sockets v6-only) fails with EADDRINUSE.
+    Other failures (an address of no interface here, a name that does not resolve) raise OSError."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    for family, kind, proto, _, address in infos:
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6 and hasattr(socket, "IPPROTO_IPV6"):
+                probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return True
+                raise
+    return False
+
+
+def _any_free_port(host: str) -> int:
+    infos = socket.getaddrinfo(host or None, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.bind(address)
+        return probe.getsockname()[1]
+
+
+def choose_dashboard_port(host: str, requested: Optional[int], start: int = DEFAULT_DASHBOARD_PORT) -> tuple:
+    """``(port, note)``: the port the dashboard will listen on. An explicit ``--port`` that is
+    taken is a wrong argument (DemoArgumentError); the default one (*start*), when taken, gives
+    way to the next free port (``note`` says so)."""
+    port = start if requested is None else requested
+    try:
+        if not port_in_use(host, port):
+            return port, None
+        if requested is not None:
+            raise DemoArgumentError(f"--port {port}: {_netloc(host, port)} is already in use; "
+                                    "fix: stop what listens there, or pass another --port")
+        for candidate in range(port + 1, min(port + 1 + NEARBY_PORTS, 65536)):
+            if not port_in_use(host, candidate):
+                break
+        else:
+            candidate = _any_free_port(host)
+    except OSError as exc:
+        raise DemoArgumentError(f"--host {host}: the dashboard cannot listen there ({exc.strerror or exc}); "
+                                "fix: --host 127.0.0.1") from None
+    return candidate, f"{_netloc(host, port)} is already in use; the dashboard takes port {candidate}"
+
+
+RACE_RETRIES = 3
+
+
+def _in_use(host: str, port: int) -> bool:
+    try:
+        return port_in_use(host, port)
+    except OSError:
+        return False
+
+
+def _netloc(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _probe_host(host: str) -> str:
+    """Where to ask a server listening on *host* (a wildcard address: its loopback)."""
+    return {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(host, host)
+
+
+def health(host: str, port: int, timeout: float = 2.0) -> Optional[str]:
+    """The body of Streamlit's ``/_stcore/health`` on host:port (``ok`` once it serves), else None.
+    A direct connection: no proxy from the environment comes between."""
+    conn = http.client.HTTPConnection(_probe_host(host), port, timeout=timeout)
+    try:
+        conn.request("GET", "/_stcore/health")
+        response = conn.getresponse()
+        return response.read(64).decode("utf-8", "replace").strip() if response.status == 200 else None
+    except (OSError, http.client.HTTPException):
+        return None
+    finally:
+        conn.close()
+
+
+def last_line(log: Optional[Path]) -> str:
+    """The last non-blank line of the dashboard's log (Streamlit's reason for exiting), or ''."""
+    try:
+        lines = [ln.strip() for ln in log.read_text(encoding="utf-8", errors="replace").splitlines()]
+    except (OSError, AttributeError):
+        return ""
+    return next((ln for ln in reversed(lines) if ln), "")[:300]
+
+
+def wait_until_serving(proc: subprocess.Popen, host: str, port: int, *, log: Optional[Path] = None,
+                       timeout: float = 90.0, stop: Optional[threading.Event] = None) -> Optional[str]:
+    """Wait until the dashboard child answers ``/_stcore/health`` on host:port while it runs: None
+    then; else why not, in a few words (its exit code and the last line of its log)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        code = proc.poll()
+        if code is None and health(host, port) == "ok" and proc.poll() is None:
+            return None
+        if code is not None:
+            why = last_line(log)
+            return f"Streamlit exited with code {code}" + (f" ({why})" if why else "")
+        if stop is not None and stop.is_set():
+            return "stopped before it answered"
+        if time.monotonic() >= deadline:
+            return f"it did not answer http://{_netloc(_probe_host(host), port)}/_stcore/health within {timeout:g} s"
+        time.sleep(0.25)
+
+
+# -- arguments: checked before anything is created -------------------------------------------
+
+class DemoArgumentError(Exception):
+    """A wrong argument: said in one line on stderr (what is wrong and the fix), exit 2, nothing
+    created or changed."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):       # argparse's usage errors: one line, like every other
+        raise DemoArgumentError(f"{message}; fix: see `observed-engine demo --help`")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="observed-engine demo", description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", type=Path, default=None,
+                        help="the demo's own directory, the only place it writes: its store, the private Hermes "
+                             f"home its agents run in, its token cache, the dashboard's log (default: ${DEMO_DIR_ENV}, "
+                             "else $XDG_STATE_HOME/observed-engine/demo, ~/.local/state/observed-engine/demo; "
+                             "with --store alone: the store's folder)")
+    parser.add_argument("--store", type=Path, default=None, help="SQLite store to write (default: DIR/demo.sqlite)")
     parser.add_argument("--sessions", type=int, default=3, help="concurrent sessions (default 3)")
     parser.add_argument("--duration", type=float, default=0, help="seconds to run; 0 = until Ctrl-C")
     parser.add_argument("--turn-delay", type=float, default=0.25, help="mean pause between turns, seconds")
@@ -490,44 +643,175 @@ def main(argv: Optional[List[str]] = None) -> int:
                         help="every Nth session runs the topic router instead of the built-in (0: never)")
     parser.add_argument("--context-length", type=int, default=64_000, help="the model's window (Hermes: >= 64000)")
     parser.add_argument("--reply-chars", type=int, default=40_000, help="length of each fake reply")
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8501, help="dashboard port")
+    parser.add_argument("--host", default="127.0.0.1", help="address the dashboard listens on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=None,
+                        help=f"dashboard port (default {DEFAULT_DASHBOARD_PORT}, or the next free one when it is "
+                             "taken; a port given here that is taken is an error)")
     parser.add_argument("--prometheus-port", type=int, default=0, help="also serve /metrics on this port")
     parser.add_argument("--no-dashboard", action="store_true")
-    args = parser.parse_args(argv)
+    return parser
 
+
+# (flag, smallest value, what the value is, an example fix)
+_NUMBERS = (
+    ("--sessions", 1, "the number of concurrent sessions", "--sessions 3"),
+    ("--duration", 0, "the seconds to run", "--duration 60, or 0 to run until Ctrl-C"),
+    ("--turn-delay", 0, "the pause between turns (seconds)", "--turn-delay 0.25"),
+    ("--deadline", 0.001, "the compress deadline (seconds)", "--deadline 3"),
+    ("--slow-every", 0, "a summary count", "--slow-every 5, or 0 for never"),
+    ("--fail-every", 0, "a summary count", "--fail-every 4, or 0 for never"),
+    ("--router-every", 0, "a session count", "--router-every 3, or 0 for never"),
+    ("--reply-chars", 1, "the reply length", "--reply-chars 40000"),
+    ("--prometheus-port", 0, "a TCP port", "--prometheus-port 9464, or leave it out"),
+)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """Raise DemoArgumentError for the first wrong argument. Creates nothing."""
+    for flag, least, what, fix in _NUMBERS:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if not math.isfinite(value) or value < least:
+            shown = f"{value:g}" if isinstance(value, float) else str(value)
+            problem = f"{what} must be at least {least:g}" if math.isfinite(value) else "not a finite number"
+            raise DemoArgumentError(f"{flag} {shown}: {problem}; fix: {fix}")
+    for flag, value, least in (("--port", args.port, 1), ("--prometheus-port", args.prometheus_port, 0)):
+        if value is not None and not least <= value <= 65535:
+            raise DemoArgumentError(f"{flag} {value}: not a TCP port; fix: a port from 1 to 65535"
+                                    + (", e.g. --port 8501" if flag == "--port" else ", e.g. --prometheus-port 9464"))
+    minimum = host.minimum_context_length() or 64_000
+    if args.context_length < minimum:
+        raise DemoArgumentError(f"--context-length {args.context_length}: below Hermes' smallest model window "
+                                f"({minimum:,} tokens; its agent refuses smaller ones); fix: --context-length {minimum}")
+    if args.store is not None:
+        store = args.store.expanduser()
+        if store.is_dir():
+            raise DemoArgumentError(f"--store {args.store}: is a directory; fix: a file in it, "
+                                    f"e.g. --store {store / DEMO_STORE_FILE}")
+        parent = _existing_ancestor(store.parent)
+        if not parent.is_dir():
+            raise DemoArgumentError(f"--store {args.store}: {parent} is a file, not a directory; "
+                                    "fix: a store path in a directory")
+    if args.dir is not None and _existing_ancestor(args.dir.expanduser()).is_file():
+        raise DemoArgumentError(f"--dir {args.dir}: {_existing_ancestor(args.dir.expanduser())} is a file; "
+                                "fix: a directory of its own for the demo (created if missing)")
+    if args.prometheus_port and not args.no_dashboard and args.prometheus_port == (args.port or DEFAULT_DASHBOARD_PORT):
+        raise DemoArgumentError(f"--prometheus-port {args.prometheus_port}: the dashboard's port too; "
+                                "fix: another --prometheus-port")
+    if args.prometheus_port:
+        try:
+            taken = port_in_use("127.0.0.1", args.prometheus_port)
+        except OSError:
+            taken = True
+        if taken:
+            raise DemoArgumentError(f"--prometheus-port {args.prometheus_port}: 127.0.0.1:{args.prometheus_port} "
+                                    "is already in use; fix: another --prometheus-port, or leave it out")
+
+
+def _existing_ancestor(path: Path) -> Path:
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    return path
+
+
+def demo_paths(args: argparse.Namespace) -> tuple:
+    """``(directory, store, hermes_home)``: the demo's own directory (``--dir``, else
+    ``$OBSERVED_DEMO_DIR`` or the state directory, else, with ``--store`` alone, the store's
+    folder), the store in it, the private Hermes home in it. Nothing is created."""
+    store = args.store.expanduser().resolve() if args.store is not None else None
+    if args.dir is not None:
+        directory = args.dir.expanduser().resolve()
+    elif store is not None and not os.environ.get(DEMO_DIR_ENV):
+        directory = store.parent
+    else:
+        directory = demo_dir().resolve()
+    store = store or directory / DEMO_STORE_FILE
+    return directory, store, directory / (store.stem + "-hermes-home")
+
+
+class private_environment:
+    """The demo's process environment while it runs: ``HERMES_HOME`` is its private home (set
+    before Hermes is first imported: Hermes' modules create their home's files at import time,
+    SOUL.md, state.db, logs/, ...), and tiktoken's cache is in the demo's directory unless the
+    operator chose one. Restored on exit (``main()`` may run inside another program: the tests)."""
+
+    def __init__(self, home: Path, token_cache: Path) -> None:
+        self.values = {"HERMES_HOME": str(home)}
+        if not (os.environ.get("TIKTOKEN_CACHE_DIR") or os.environ.get("DATA_GYM_CACHE_DIR")):
+            self.values["TIKTOKEN_CACHE_DIR"] = str(token_cache)
+        self.saved: Dict[str, Optional[str]] = {}
+
+    def __enter__(self):
+        for name, value in self.values.items():
+            self.saved[name] = os.environ.get(name)
+            os.environ[name] = value
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for name, value in self.saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+# -- main ---------------------------------------------------------------------------------------
+
+def main(argv: Optional[List[str]] = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        directory, store, home = demo_paths(args)
+    except DemoArgumentError as exc:
+        print(f"observed-engine demo: {exc}", file=sys.stderr)
+        return 2
+    if host.hermes_version() is None:        # looked up without importing it (an import writes files)
+        print("observed-engine demo: Hermes Agent is not installed here; fix: bash scripts/demo.sh "
+              "(or pip install 'observed-engine[demo]')", file=sys.stderr)
+        return 2
+    with private_environment(home, directory / "tiktoken"):
+        try:
+            check_arguments(args)
+            port, note = (None, None) if args.no_dashboard else choose_dashboard_port(args.host, args.port)
+        except DemoArgumentError as exc:
+            print(f"observed-engine demo: {exc}", file=sys.stderr)
+            return 2
+        return _run(args, directory, store, home, port, note)
+
+
+def _run(args: argparse.Namespace, directory: Path, store: Path, home: Path,
+         port: Optional[int], port_note: Optional[str]) -> int:
     try:
         host.ai_agent_class()
-    except ImportError:
-        print("demo: Hermes Agent is not installed; run `pip install 'observed-engine[test]'` "
-              "(or scripts/setup.sh) first", file=sys.stderr)
+    except ImportError as exc:
+        print(f"observed-engine demo: Hermes Agent cannot be imported ({exc}); fix: bash scripts/demo.sh "
+              "(or pip install 'observed-engine[demo]')", file=sys.stderr)
         return 2
-
-    args.store = args.store.expanduser().resolve()
-    args.store.parent.mkdir(parents=True, exist_ok=True)
+    store.parent.mkdir(parents=True, exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True)
+    inside = store.parent == directory
+    print(f"demo: its own directory {directory} ({'the store, ' if inside else ''}the agents' Hermes home, the "
+          f"token cache, the dashboard's log): it writes nothing elsewhere{'' if inside else ' but the store'}; "
+          "delete it to start afresh")
     settings = {
-        "store": {"path": str(args.store)},
+        "store": {"path": str(store)},
         "compress_timeout_seconds": args.deadline,
         "prometheus": {"enabled": bool(args.prometheus_port), "port": args.prometheus_port or 9464},
     }
     llm = DemoLLM(reply_chars=args.reply_chars, context_length=args.context_length, slow_every=args.slow_every,
                   slow_seconds=args.deadline * 1.5, fail_every=args.fail_every).start()
-    # the agents' Hermes home: private, next to the store (the operator's own home is not touched)
-    home = write_demo_home(args.store.parent / (args.store.stem + "-hermes-home"), llm, settings,
-                           args.context_length)
-    operator_home = os.environ.get("HERMES_HOME")
-    os.environ["HERMES_HOME"] = str(home)
+    write_demo_home(home, llm, settings, args.context_length)
     host.reset_plugin_discovery()
     traffic = Traffic(llm, router_engine(settings, args.context_length), args.sessions, args.turn_delay,
                       router_every=args.router_every)
     host.add_request_observer(traffic.on_request)
 
-    dashboard = None if args.no_dashboard else start_dashboard(args.store, args.host, args.port)
-    print(f"demo: writing telemetry to {args.store}")
-    if dashboard is not None:
-        print(f"demo: dashboard on http://{args.host}:{args.port}  (Ctrl-C to stop)")
+    log = directory / "dashboard.log"
+    dashboard = None if args.no_dashboard else start_dashboard(store, args.host, port, log=log)
+    print(f"demo: writing telemetry to {store}")
+    if port_note and dashboard is not None:
+        print(f"demo: {port_note}")
     if args.prometheus_port:
         print(f"demo: Prometheus metrics on http://127.0.0.1:{args.prometheus_port}/metrics")
+    sys.stdout.flush()
 
     threads = [threading.Thread(target=traffic.run_session, args=(i,), daemon=True) for i in range(args.sessions)]
     for t in threads:
@@ -535,11 +819,40 @@ def main(argv: Optional[List[str]] = None) -> int:
     stop_requested = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop_requested.set())
     started = time.monotonic()
+    code = 0
     try:
+        if dashboard is not None:
+            why = wait_until_serving(dashboard, args.host, port, log=log, stop=stop_requested)
+            for _ in range(RACE_RETRIES):
+                # another program took the port between the check and Streamlit's bind (two demos
+                # started at once): the default port moves on, as it does for a port taken before
+                if why is None or args.port is not None or dashboard.poll() is None or not _in_use(args.host, port):
+                    break
+                try:
+                    port, note = choose_dashboard_port(args.host, None, start=port + 1)
+                except DemoArgumentError:
+                    break
+                print(f"demo: {note}")
+                dashboard = start_dashboard(store, args.host, port, log=log) or dashboard
+                why = wait_until_serving(dashboard, args.host, port, log=log, stop=stop_requested)
+            if why is None:
+                print(f"demo: dashboard on http://{_netloc(args.host, port)}  (Ctrl-C to stop)")
+            elif not stop_requested.is_set():
+                print(f"observed-engine demo: the dashboard did not start on {_netloc(args.host, port)}: {why}; "
+                      f"its log: {log}", file=sys.stderr)
+                stop_requested.set()
+                code = 1
+        said_gone = False
         while not stop_requested.is_set():
             elapsed = time.monotonic() - started
             if args.duration and elapsed >= args.duration:
                 break
+            if dashboard is not None and not said_gone and dashboard.poll() is not None:
+                said_gone = True
+                why = last_line(log)
+                print(f"\nobserved-engine demo: the dashboard stopped (Streamlit exited with code "
+                      f"{dashboard.returncode}{': ' + why if why else ''}); the traffic goes on; its log: {log}",
+                      file=sys.stderr)
             sys.stdout.write(
                 f"\rdemo: {elapsed:6.0f}s  turns {traffic.turns:6d}  compressions {traffic.compressions:4d}  "
                 f"summaries {llm.summaries:4d} ({llm.failures} failed)  sessions {traffic.finished:3d} ended")
@@ -556,10 +869,6 @@ def main(argv: Optional[List[str]] = None) -> int:
 
         flush(10.0)
         llm.stop()
-        if operator_home is None:             # main() may run inside another program (the tests do)
-            os.environ.pop("HERMES_HOME", None)
-        else:
-            os.environ["HERMES_HOME"] = operator_home
         host.reset_plugin_discovery()
         if dashboard is not None:
             try:
@@ -567,8 +876,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                 dashboard.wait(timeout=10)
             except Exception:
                 dashboard.kill()
-        print(f"demo: done ({traffic.turns} turns, {traffic.compressions} compressions); store {args.store}")
-    return 0
+        print(f"demo: done ({traffic.turns} turns, {traffic.compressions} compressions); store {store}")
+    return code
 
 
 if __name__ == "__main__":

@@ -393,6 +393,16 @@ def ai_agent_class() -> type:
     return AIAgent
 
 
+def minimum_context_length() -> Optional[int]:
+    """The smallest model window Hermes accepts (``agent.model_metadata.MINIMUM_CONTEXT_LENGTH``:
+    an agent on a smaller one raises at init); None without Hermes."""
+    try:
+        from agent.model_metadata import MINIMUM_CONTEXT_LENGTH
+    except Exception:
+        return None
+    return int(MINIMUM_CONTEXT_LENGTH)
+
+
 def reset_plugin_discovery() -> None:
     """Forget Hermes' plugin manager, so the next agent discovers plugins (and reads the
     ``observed:`` section) afresh for the current HERMES_HOME. No-op without Hermes."""

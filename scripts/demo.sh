@@ -4,4 +4,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bash "$ROOT/scripts/setup.sh"
 VENV="${OBSERVED_VENV:-$ROOT/.venv}"
+# The demo writes only inside a directory of its own (store, private Hermes home, token cache,
+# dashboard log): here .demo/ in this checkout (gitignored), unless OBSERVED_DEMO_DIR or --dir says otherwise.
+export OBSERVED_DEMO_DIR="${OBSERVED_DEMO_DIR:-$ROOT/.demo}"
 exec "$VENV/bin/observed-engine" demo "$@"

@@ -215,11 +215,15 @@ def test_usage_view_explains_the_token_numbers(monkeypatch, store):
 
 
 def test_empty_state_names_the_demo_store(monkeypatch, tmp_path):
+    """The demo's store is in the demo's own directory, not in the operator's Hermes home."""
     home = tmp_path / "home"
     monkeypatch.setenv("HERMES_HOME", str(home))
+    monkeypatch.setenv("OBSERVED_DEMO_DIR", str(tmp_path / "demo-dir"))
     at = run_ok(app(monkeypatch, store=tmp_path / "nothing.sqlite"))
     shown = texts(at)
-    assert str(demo_store_path(home)) in shown and "--store" in shown
+    assert str(tmp_path / "demo-dir" / "demo.sqlite") == str(demo_store_path())
+    assert str(demo_store_path()) in shown and "--store" in shown
+    assert str(home / "observed" / "demo.sqlite") not in shown
 
 
 def test_compression_decisions_and_the_blocked_state(monkeypatch, store):

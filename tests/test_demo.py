@@ -1,8 +1,13 @@
 """``observed-engine demo``: real Hermes agents (``AIAgent.run_conversation``) against the demo's own
 fake LLM on 127.0.0.1, their telemetry in the store, and the dashboard it serves on 127.0.0.1.
 
-Both tests run the installed console script (``observed-engine demo``) as a child process with a
-private ``HERMES_HOME``, from a directory outside the repository.
+The demo runs as the installed console script (``observed-engine demo``), a child process with a
+private ``HERMES_HOME``, from a directory outside the repository. Issue 25: with the default
+dashboard port held by another server, the demo serves on the next free port and prints the
+address its own Streamlit answers on; run with ``HOME`` an empty directory, it writes nothing
+outside its own directory; an explicit ``--port`` that is taken, a Streamlit that cannot start
+and wrong arguments are one line on stderr each (exit 2 before anything is created, 1 when the
+dashboard does not start).
 """
 
 from __future__ import annotations
@@ -13,8 +18,10 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import psutil
@@ -32,7 +39,8 @@ def demo_command() -> list:
 
 def demo_env(tmp_path: Path) -> dict:
     env = dict(os.environ, HERMES_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1")
-    for var in ("OBSERVED_STORE", "OBSERVED_PROMETHEUS_URL", "OBSERVED_SOURCE", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+    for var in ("OBSERVED_STORE", "OBSERVED_PROMETHEUS_URL", "OBSERVED_SOURCE", "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "OBSERVED_DEMO_DIR"):
         env.pop(var, None)
     return env
 
@@ -181,3 +189,253 @@ def test_demo_serves_the_dashboard_and_stops_on_sigterm(tmp_path):
                 child.kill()
             except psutil.NoSuchProcess:
                 pass
+
+
+# -- issue 25: the port the dashboard gets, the home it leaves alone, wrong arguments -------------
+
+DEFAULT_PORT = 8501
+
+
+class OtherDashboard(BaseHTTPRequestHandler):
+    """Another program on the dashboard's port that answers like a healthy, empty Streamlit: what
+    the user saw at the printed address before the demo checked its port."""
+
+    def do_GET(self):  # noqa: N802 (http.server's name)
+        body = b"ok" if self.path == "/_stcore/health" else b"another, empty dashboard"
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
+
+
+def hold_port(port: int, within: float = 20.0):
+    """A server holding 127.0.0.1:*port* (retried while another test's holder has it), or None
+    when something else keeps it the whole time: the port is then taken anyway."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            server = ThreadingHTTPServer(("127.0.0.1", port), OtherDashboard)
+        except OSError:
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.5)
+            continue
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+
+def bare_env(home: Path) -> dict:
+    """An environment whose HOME is *home* and that names no Hermes home, demo directory or cache."""
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("OBSERVED_", "OTEL_", "XDG_", "STREAMLIT_"))
+           and k not in ("HERMES_HOME", "TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR")}
+    env.update(HOME=str(home), PYTHONUNBUFFERED="1")
+    return env
+
+
+def tree(root: Path) -> set:
+    return {p.relative_to(root).as_posix() for p in root.rglob("*")}
+
+
+def wait_for(log: Path, proc, pattern: str, timeout: float = 120.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        text = log.read_text(errors="replace")
+        found = re.search(pattern, text)
+        if found:
+            return found
+        assert proc.poll() is None, f"demo exited with {proc.returncode}:\n{text[-3000:]}"
+        assert time.monotonic() < deadline, f"no {pattern!r} in:\n{text[-3000:]}"
+        time.sleep(0.3)
+
+
+def listeners(pid: int, port: int) -> list:
+    """(pid, ip) of every socket of *pid*'s process tree listening on *port*."""
+    out = []
+    for p in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+        try:
+            out += [(p.pid, c.laddr.ip) for c in p.net_connections(kind="tcp")
+                    if c.status == psutil.CONN_LISTEN and c.laddr.port == port]
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+TEST_ONLY_BINARIES = ("prometheus", "chromium", "alertmanager")     # what only scripts/test.sh installs
+
+
+def path_without_test_tools(where: Path) -> str:
+    """A PATH like this one, without the binaries only the tests run (the demo needs none)."""
+    where.mkdir()
+    for folder in os.environ.get("PATH", "").split(os.pathsep):
+        try:
+            entries = list(Path(folder).iterdir())
+        except OSError:
+            continue
+        for entry in entries:
+            link = where / entry.name
+            if not any(name in entry.name for name in TEST_ONLY_BINARIES) and not link.exists():
+                link.symlink_to(entry)
+    return str(where)
+
+
+@pytest.fixture(scope="module")
+def demo_beside_another_dashboard(tmp_path_factory):
+    """``observed-engine demo`` with no --port, --host, --store or --dir, HOME an empty directory,
+    no prometheus, alertmanager or chromium on the PATH, while another server answers like a
+    dashboard on 127.0.0.1:8501; stopped by SIGTERM once its dashboard is up."""
+    tmp = tmp_path_factory.mktemp("demo-port")
+    home, cwd = tmp / "home", tmp / "cwd"
+    home.mkdir()
+    cwd.mkdir()
+    env = dict(bare_env(home), PATH=path_without_test_tools(tmp / "bin"))
+    holder = hold_port(DEFAULT_PORT)
+    log = tmp / "demo.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(demo_command() + TRAFFIC, cwd=cwd, env=env, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        found = wait_for(log, proc, r"demo: dashboard on http://127\.0\.0\.1:(\d+) ")
+        port = int(found.group(1))
+        seen = {"port": port, "health": _health(port), "listeners": listeners(proc.pid, port),
+                "demo_pid": proc.pid, "default_still_other": _health(DEFAULT_PORT) == "ok"}
+        time.sleep(1.0)
+        os.kill(proc.pid, signal.SIGTERM)
+        seen["rc"] = proc.wait(30)
+        seen["out"] = log.read_text(errors="replace")
+        yield seen, home, cwd
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(5)
+        if holder is not None:
+            holder.shutdown()
+            holder.server_close()
+
+
+def test_a_taken_default_port_gives_way_and_the_printed_address_is_the_demos(demo_beside_another_dashboard):
+    seen, _, _ = demo_beside_another_dashboard
+    out = seen["out"]
+    assert seen["rc"] == 0, out[-3000:]
+    assert seen["port"] != DEFAULT_PORT
+    assert f"demo: 127.0.0.1:{DEFAULT_PORT} is already in use; the dashboard takes port {seen['port']}" in out
+    assert f"dashboard on http://127.0.0.1:{DEFAULT_PORT} " not in out
+    # what answers at the printed address is the demo's own Streamlit, not the other server
+    assert seen["health"] == "ok"
+    assert seen["listeners"] and all(pid != seen["demo_pid"] for pid, _ in seen["listeners"]), seen
+    assert seen["default_still_other"]
+
+
+def test_the_dashboard_listens_on_loopback_only_by_default(demo_beside_another_dashboard):
+    seen, _, _ = demo_beside_another_dashboard
+    assert {ip for _, ip in seen["listeners"]} == {"127.0.0.1"}, seen["listeners"]
+
+
+def test_the_demo_writes_nothing_outside_its_own_directory(demo_beside_another_dashboard):
+    seen, home, cwd = demo_beside_another_dashboard
+    own = ".local/state/observed-engine/demo"
+    assert f"demo: its own directory {home / own} (" in seen["out"]
+    created = tree(home)
+    outside = sorted(p for p in created if not (p == own or p.startswith(own + "/")
+                                                 or (own.startswith(p + "/") and (home / p).is_dir())))
+    assert not outside, outside                  # before issue 25: .hermes/SOUL.md, state.db, ... and .cache/
+    assert not tree(cwd)
+    # Hermes' own files are in the demo's private home, the store and the token cache beside it
+    for name in ("demo.sqlite", "demo-hermes-home/config.yaml", "demo-hermes-home/state.db",
+                 "demo-hermes-home/SOUL.md", "dashboard.log"):
+        assert f"{own}/{name}" in created, name
+    assert any(p.startswith(f"{own}/tiktoken/") for p in created)
+
+
+def test_an_explicit_port_that_is_taken_is_refused_in_one_line(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = subprocess.run(demo_command() + ["--port", str(port), "--store", str(tmp_path / "demo" / "demo.sqlite")],
+                              cwd=tmp_path, env=bare_env(home), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert f"--port {port}: 127.0.0.1:{port} is already in use; fix:" in proc.stderr
+    assert not (tmp_path / "demo").exists() and not tree(home)
+
+
+def test_a_dashboard_that_cannot_start_is_said_in_one_line(tmp_path):
+    """Real Streamlit, refusing to start (a bad STREAMLIT_* variable in the environment): the demo
+    says so with Streamlit's reason and stops, instead of printing an address nothing answers."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = dict(bare_env(home), STREAMLIT_SERVER_MAX_UPLOAD_SIZE="not-a-number")
+    port = free_port()
+    proc = subprocess.run(demo_command() + [*TRAFFIC, "--duration", "300", "--port", str(port),
+                                            "--store", str(tmp_path / "demo" / "demo.sqlite")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=150)
+    assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "dashboard on" not in proc.stdout
+    lines = [ln for ln in proc.stderr.splitlines() if ln.startswith("observed-engine demo:")]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    assert f"the dashboard did not start on 127.0.0.1:{port}: Streamlit exited with code" in lines[0]
+    assert "maxUploadSize" in lines[0] and str(tmp_path / "demo" / "dashboard.log") in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+BAD_ARGUMENTS = [
+    (["--port", "99999"], "--port 99999"),
+    (["--port", "0"], "--port 0"),
+    (["--port", "eighty"], "--port"),
+    (["--sessions", "0"], "--sessions 0"),
+    (["--sessions", "-3"], "--sessions -3"),
+    (["--duration", "-1"], "--duration -1"),
+    (["--duration", "nan"], "--duration nan"),
+    (["--turn-delay", "-0.5"], "--turn-delay -0.5"),
+    (["--deadline", "0"], "--deadline 0"),
+    (["--reply-chars", "0"], "--reply-chars 0"),
+    (["--slow-every", "-1"], "--slow-every -1"),
+    (["--context-length", "1000"], "--context-length 1000"),
+    (["--prometheus-port", "70000"], "--prometheus-port 70000"),
+    (["--host", "192.0.2.1"], "--host 192.0.2.1"),        # TEST-NET-1: no interface of this machine
+    (["--store", "{tmp}"], "is a directory"),
+    (["--store", "{tmp}/a-file/demo.sqlite"], "is a file"),
+    (["--dir", "{tmp}/a-file"], "is a file"),
+    (["--no-such-flag"], "--no-such-flag"),
+]
+
+
+@pytest.mark.parametrize("argv,names", BAD_ARGUMENTS, ids=[" ".join(a) for a, _ in BAD_ARGUMENTS])
+def test_a_wrong_argument_is_one_line_and_exit_2_and_creates_nothing(argv, names, tmp_path, monkeypatch, capsys):
+    from observed_engine import cli
+
+    for name, value in bare_env(tmp_path / "home").items():
+        monkeypatch.setenv(name, value)
+    for name in set(os.environ) - set(bare_env(tmp_path / "home")):
+        monkeypatch.delenv(name)
+    (tmp_path / "home").mkdir()
+    (tmp_path / "a-file").write_text("not a directory\n")
+    monkeypatch.chdir(tmp_path)
+    before = tree(tmp_path)
+    assert cli.main(["demo", *[a.format(tmp=tmp_path) for a in argv]]) == 2
+    out = capsys.readouterr()
+    assert out.out == ""
+    assert out.err.count("\n") == 1 and out.err.startswith("observed-engine demo: "), out.err
+    assert names.format(tmp=tmp_path) in out.err and "fix:" in out.err, out.err
+    assert tree(tmp_path) == before
+
+
+def test_a_taken_prometheus_port_is_refused(tmp_path, monkeypatch, capsys):
+    from observed_engine import cli
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert cli.main(["demo", "--prometheus-port", str(port), "--store", str(tmp_path / "demo" / "x.sqlite")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"--prometheus-port {port}: 127.0.0.1:{port} is already in use; fix:" in err
+    assert not (tmp_path / "demo").exists()

@@ -15,10 +15,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import signal
 import socket
-import subprocess
-import types
 from pathlib import Path
 
 import pytest
@@ -207,27 +204,18 @@ def _non_loopback_ip():
 
 
 def test_demo_dashboard_binds_loopback_by_default(tmp_path, monkeypatch):
-    import agent.context_compressor as cc
+    """The demo's default host is 127.0.0.1 and its Streamlit command says so (the real demo's
+    dashboard, started without --host, listens on 127.0.0.1 only: tests/test_demo.py)."""
     from observed_engine import demo
 
-    monkeypatch.setattr(cc, "call_llm", cc.call_llm)     # the demo installs its summariser; put it back after
+    args = demo.build_parser().parse_args([])
+    assert args.host == "127.0.0.1"
     started = []
-
-    def fake_popen(cmd, *args, **kwargs):
-        started.append(list(cmd))
-        return None                                       # no process: nothing to stop afterwards
-
-    monkeypatch.setattr(demo, "subprocess", types.SimpleNamespace(Popen=fake_popen, DEVNULL=subprocess.DEVNULL))
-    monkeypatch.setattr(demo, "build_engines", lambda *args, **kwargs: {})     # no traffic: only the servers matter
+    monkeypatch.setattr(demo.subprocess, "Popen", lambda cmd, **kwargs: started.append(list(cmd)))
     if not demo.DASHBOARD_APP.exists():
         pytest.skip(f"{demo.DASHBOARD_APP} does not exist yet")
-    previous = signal.getsignal(signal.SIGTERM)           # the demo installs its own SIGTERM handler
-    try:
-        assert demo.main(["--store", str(tmp_path / "demo.sqlite"), "--sessions", "0", "--duration", "0.2"]) == 0
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-    assert len(started) == 1
-    cmd = started[0]
+    demo.start_dashboard(tmp_path / "demo.sqlite", args.host, free_port(), log=tmp_path / "dashboard.log")
+    [cmd] = started
     assert cmd[cmd.index("--server.address") + 1] == "127.0.0.1"
 
 

@@ -58,7 +58,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Optional, Sequence
 
 SCHEMA_VERSION = 2
 
@@ -131,9 +131,25 @@ STORE_FILE = "telemetry.sqlite"
 DEMO_STORE_FILE = "demo.sqlite"      # what `observed-engine demo` writes, next to STORE_FILE
 
 
-def demo_store_path(hermes_home: os.PathLike | str) -> Path:
-    """HERMES_HOME/observed/demo.sqlite: the demo's store (the dashboard's empty state names it)."""
-    return Path(hermes_home) / STORE_DIR / DEMO_STORE_FILE
+# `observed-engine demo` writes only inside a directory of its own (its store, the private Hermes
+# home its agents run in, its token cache, its dashboard's log), never into the operator's Hermes
+# home: $OBSERVED_DEMO_DIR (scripts/demo.sh: .demo/ in the checkout), else the user's state
+# directory, $XDG_STATE_HOME/observed-engine/demo (default ~/.local/state/observed-engine/demo).
+DEMO_DIR_ENV = "OBSERVED_DEMO_DIR"
+
+
+def demo_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
+    """The demo's own directory (see DEMO_DIR_ENV above); not created here."""
+    env = os.environ if environ is None else environ
+    if env.get(DEMO_DIR_ENV):
+        return Path(env[DEMO_DIR_ENV]).expanduser()
+    state = env.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(state).expanduser() / "observed-engine" / "demo"
+
+
+def demo_store_path(directory: Optional[os.PathLike | str] = None) -> Path:
+    """DIR/demo.sqlite, the demo's store in its own directory (the dashboard's empty state names it)."""
+    return Path(directory if directory is not None else demo_dir()) / DEMO_STORE_FILE
 
 
 def default_store_path(hermes_home: os.PathLike | str) -> Path:
