@@ -68,7 +68,8 @@ def test_doctor_text_and_json_agree(tmp_path, monkeypatch, capsys):
         monkeypatch.delenv(var, raising=False)
     (tmp_path / "config.yaml").write_text("context:\n  engine: observed\nobserved:\n  tokenizer: estimate\n")
     report = doctor.run_doctor(tmp_path)
-    assert list(report) == ["hermes_home", "hermes_version", "hermes_tested_range", "context_engine", "route",
+    assert list(report) == ["hermes_home", "hermes_version", "hermes_distribution", "hermes_tested_range",
+                            "context_engine", "route",
                             "selection", "inner",
                             "exporters", "tokenizer", "checks", "ok"]
     assert list(report["exporters"]) == ["store", "prometheus", "otlp"]
@@ -99,8 +100,7 @@ def test_version(command, tmp_path):
     proc = subprocess.run(command + ["--version"], capture_output=True, text=True, timeout=60,
                           cwd=tmp_path, env=cli_env(tmp_path))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines() == [f"observed-engine {observed_engine.__version__}",
-                                        f"hermes-agent {host.hermes_version()}"]
+    assert proc.stdout.splitlines() == [f"observed-engine {observed_engine.__version__}", "hermes-agent 0.19.0"]
     assert host.hermes_version() == "0.19.0"                          # the venv's Hermes
 
 
@@ -108,8 +108,8 @@ def test_version_without_hermes(monkeypatch, capsys):
     import observed_engine
     from observed_engine import cli, host
 
-    monkeypatch.setattr(host, "hermes_version", lambda: None)
+    monkeypatch.setattr(host, "hermes_installation", lambda: None)
     assert cli.main(["--version"]) == 0
     first, second = capsys.readouterr().out.splitlines()
     assert first == f"observed-engine {observed_engine.__version__}"
-    assert second == f"hermes-agent: not installed in {sys.executable}"
+    assert second == f"hermes: not importable from {sys.executable}"

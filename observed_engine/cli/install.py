@@ -127,6 +127,11 @@ def place_plugin_dir(dest: Path, home: Path) -> bool:
     return changed
 
 
+def _hermes_described() -> str:
+    hermes = host.hermes_installation()
+    return hermes.describe() if hermes is not None else "this Python's Hermes"
+
+
 def cmd_install(args) -> int:
     home = host.hermes_home(args.hermes_home)
     if args.inner is not None and args.inner.strip() == PLUGIN_NAME:
@@ -136,7 +141,7 @@ def cmd_install(args) -> int:
     out: List[str] = []
     if route == "user" and not host.supports_user_engines():
         raise CliError(
-            f"Hermes {host.hermes_version()} does not load context engines from $HERMES_HOME/plugins/: "
+            f"{_hermes_described()} does not load context engines from $HERMES_HOME/plugins/: "
             f"{user_plugin_dir(home)} would not run, and `hermes plugins list` would show it as a plugin "
             f"that is not enabled. Fix: --route bundled (or entrypoint)")
 
@@ -243,7 +248,9 @@ def cmd_install(args) -> int:
         dirs = set(state.get("plugin_dirs", []))
         dirs.add(str(plugin_dir))
         state["plugin_dirs"] = sorted(dirs)
-    state["hermes_version"] = host.hermes_version()
+    hermes = host.hermes_installation()
+    state["hermes_version"] = hermes.version if hermes is not None else None
+    state["hermes_distribution"] = hermes.distribution if hermes is not None else None
     write_state(home, state)
 
     inner = doc.get(PLUGIN_NAME, "inner", default="compressor")
