@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The venvs of the Hermes version matrix (tests/hermes_versions/): one per older hermes-agent,
-# .venv-hermes-<version>, each with that Hermes, this checkout (editable, no extras) and pytest.
+# The venvs of the Hermes version matrix (tests/hermes_versions/): one per Hermes line besides the
+# main suite's 0.19.0, .venv-hermes-<version>, each with that Hermes (under the distribution name it
+# is published as, below), this checkout (editable, no extras) and pytest.
 # Reused when present; reinstalled when pyproject.toml is newer than the venv's stamp or the venv
 # holds another Hermes. Usage: setup_hermes_versions.sh [VERSION...] (default: the matrix below, or
 # OBSERVED_HERMES_VERSIONS); the versions are set up in parallel. scripts/test.sh runs it per version
@@ -11,7 +12,7 @@ PY="${PYTHON:-python3}"
 if [ "$#" -gt 0 ]; then
   VERSIONS="$*"
 else
-  VERSIONS="${OBSERVED_HERMES_VERSIONS:-0.16.0 0.17.0 0.18.2}"
+  VERSIONS="${OBSERVED_HERMES_VERSIONS:-0.16.0 0.17.0 0.18.2 0.20.1.2 0.22.2.post1}"
 fi
 
 quiet_pip() {   # pip's output without the notes about this machine's absent local index folders

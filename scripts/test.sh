@@ -8,10 +8,10 @@ cd "$ROOT"
 export OBSERVED_REQUIRE_TOOLS=1          # a missing prometheus/chromium fails instead of skipping
 mkdir -p test-artifacts
 
-# The Hermes version matrix (tests/hermes_versions/): a fast check of each older Hermes in its own
-# cached venv, run in the background while the main suite runs on 0.19.0; their exit codes are
+# The Hermes version matrix (tests/hermes_versions/): a fast check of each other Hermes line in its
+# own cached venv, run in the background while the main suite runs on 0.19.0; their exit codes are
 # collected at the end and any failure fails the run. OBSERVED_HERMES_VERSIONS="" skips it.
-HERMES_VERSIONS="${OBSERVED_HERMES_VERSIONS-0.16.0 0.17.0 0.18.2}"
+HERMES_VERSIONS="${OBSERVED_HERMES_VERSIONS-0.16.0 0.17.0 0.18.2 0.20.1.2 0.22.2.post1}"
 version_pids=()
 version_names=()
 group_b_pid=""

@@ -32,6 +32,31 @@ SUMMARY_TEXT = (
 )
 
 
+# Words of the varied replies (FakeLLMServer(varied=True)).
+_WORDS = ("context", "engine", "summary", "token", "window", "turn", "answer", "question", "budget",
+          "prompt", "message", "history", "cache", "prefix", "request", "reply", "model", "session",
+          "tool", "result", "note", "detail", "point", "topic", "state", "plan", "step", "check",
+          "value", "count", "limit", "range", "record", "signal", "trace", "metric", "store", "row")
+
+
+def varied_filler(turn: int, chars: int) -> str:
+    """``chars`` characters of prose that does not repeat itself: numbered sentences of words
+    drawn by a generator seeded with ``turn`` (the same text for the same turn, run after run).
+    Hermes 0.22's repetition guard (agent/repetition_guard.py) stops a reply made of one sentence
+    repeated, as a model caught in a loop, so the fixed filler cannot stand in for a model there."""
+    import random
+
+    rng = random.Random(turn)
+    parts: List[str] = []
+    size, n = 0, 0
+    while size < chars:
+        n += 1
+        sentence = f"Point {n} of answer {turn}: " + " ".join(rng.choice(_WORDS) for _ in range(9)) + ". "
+        parts.append(sentence)
+        size += len(sentence)
+    return "".join(parts)[:chars]
+
+
 def _texts(body: Dict[str, Any]) -> List[str]:
     return [content_text(m.get("content")) for m in body.get("messages") or [] if isinstance(m, dict)]
 
@@ -43,18 +68,21 @@ class FakeLLMServer(LoopbackChatServer):
     def __init__(self, model: str = "fake-model", context_length: int = 64_000,
                  reply_chars: int = 40_000, host: str = "127.0.0.1", port: int = 0, *,
                  summary_status: int = 200, summary_delay: float = 0.0, summary_model: str | None = None,
-                 cache: bool = False):
+                 cache: bool = False, varied: bool = False):
         # Faults and features of the summariser / provider (issue 15 tests):
         #   summary_status: an HTTP error status for every summary request (401: a bad key);
         #   summary_delay: seconds a summary request waits before its answer (a slow summariser);
         #   summary_model: the model the summary answers name (default: the requested one);
         #   cache: report prompt caching like OpenAI (usage.prompt_tokens_details.cached_tokens):
-        #          the tokens of the leading messages equal to the previous chat request's.
+        #          the tokens of the leading messages equal to the previous chat request's;
+        #   varied: replies of prose that does not repeat itself (varied_filler), not one sentence
+        #          over and over, which Hermes 0.22's repetition guard stops as a model in a loop.
         super().__init__(host, port)
         self.summary_status = summary_status
         self.summary_delay = summary_delay
         self.summary_model = summary_model
         self.cache = cache
+        self.varied = varied
         self._previous_chat: List[str] = []
         self.model = self.default_model = model
         self.context_length = context_length
@@ -102,7 +130,10 @@ class FakeLLMServer(LoopbackChatServer):
                 self._turn += 1
                 self.chat_requests.append(body)
                 head = f"Answer {self._turn}: noted. "
-                filler = ("The quick brown fox jumps over the lazy dog. " * (self.reply_chars // 45 + 1))
+                if self.varied:
+                    filler = varied_filler(self._turn, self.reply_chars)
+                else:
+                    filler = ("The quick brown fox jumps over the lazy dog. " * (self.reply_chars // 45 + 1))
                 content = (head + filler)[: self.reply_chars]
         prompt_tokens = max(1, prompt_chars // 4)
         completion_tokens = max(1, len(content) // 4)
