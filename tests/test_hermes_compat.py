@@ -237,16 +237,47 @@ def test_agent_log_has_the_lines_of_bare_hermes(quiet, hermes_dirs, llm, monkeyp
 
 # ------------------------------------------------------------------ the tested range (item 1)
 
+def _matrix_lines() -> dict:
+    """tests/hermes_versions' LINES (read from its source: the module skips itself here)."""
+    import ast
+
+    tree = ast.parse((REPO / "tests" / "hermes_versions" / "test_hermes_version.py").read_text(encoding="utf-8"))
+    node = next(n for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "LINES")
+    return ast.literal_eval(node.value)
+
+
 def test_the_tested_range_is_stated_once_everywhere():
+    """version.py's verified set is what pyproject, both scripts, the matrix test and the docs say:
+    a line dropped from any of them, or mapped to another distribution, fails here."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
-    assert pyproject["project"]["optional-dependencies"]["hermes"] == [f"hermes-agent{version.HERMES_TESTED_RANGE}"]
-    assert f"hermes-agent=={version.HERMES_TESTED[-1]}" in pyproject["project"]["optional-dependencies"]["test"]
+    assert pyproject["project"]["optional-dependencies"]["hermes"] == [
+        f"{version.HERMES_DISTRIBUTION}{version.HERMES_TESTED_RANGE}"]
+    assert f"hermes-agent=={version.HERMES_SUITE}" in pyproject["project"]["optional-dependencies"]["test"]
+    others = [v for v in version.HERMES_TESTED if v != version.HERMES_SUITE]
     script = (REPO / "scripts" / "setup_hermes_versions.sh").read_text(encoding="utf-8")
-    matrix = re.search(r'OBSERVED_HERMES_VERSIONS:-([0-9. ]+)\}', script).group(1).split()
-    assert matrix == list(version.HERMES_TESTED[:-1])
+    assert re.search(r'OBSERVED_HERMES_VERSIONS:-([0-9a-z. ]+)\}', script).group(1).split() == others
+    test_sh = (REPO / "scripts" / "test.sh").read_text(encoding="utf-8")
+    assert re.search(r'OBSERVED_HERMES_VERSIONS-([0-9a-z. ]+)\}', test_sh).group(1).split() == others
+    assert version.HERMES_SUITE in version.HERMES_TESTED_BY_DISTRIBUTION[version.HERMES_DISTRIBUTION]
+    assert all(version.release(v) is not None for v in version.HERMES_TESTED)
+    lines = _matrix_lines()
+    assert lines == {v: d for d, versions in version.HERMES_TESTED_BY_DISTRIBUTION.items() for v in versions}
+    # the setup script installs each version under its distribution's name
+    import subprocess
+
+    requirement = re.search(r"^requirement\(\) \{.*?^\}", script, re.S | re.M).group(0)
+    for v in others:
+        out = subprocess.run(["bash", "-c", f"{requirement}\nrequirement {v}"], capture_output=True, text=True,
+                             check=True, timeout=30).stdout.strip()
+        assert out == f"{lines[v]}=={v}"
     readme = (REPO / "README.md").read_text(encoding="utf-8")
+    use = (REPO / "docs" / "use-with-hermes.md").read_text(encoding="utf-8")
     assert f"hermes-agent {version.HERMES_TESTED_RANGE}" in readme
-    assert ", ".join(version.HERMES_TESTED) in readme
+    assert "CI runs " + ", ".join(version.HERMES_TESTED) in readme
+    assert ", ".join(version.HERMES_TESTED[:-1]) + " and " + version.HERMES_TESTED[-1] in use
+    for name, versions in version.HERMES_TESTED_BY_DISTRIBUTION.items():
+        row = f"| {', '.join(versions)} | `{name}`"
+        assert row in readme and row in use, row
 
 
 @pytest.mark.parametrize("installed, status", [
