@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Optional, Tuple
 
 __version__ = "0.1.0"
@@ -27,11 +26,15 @@ HERMES_TESTED_RANGE = ">=0.16,<0.20"
 
 def normalized(name: Optional[str]) -> Optional[str]:
     """A distribution name as pip compares it (``Hermes_Agent`` -> ``hermes-agent``)."""
+    import re
+
     return None if name is None else re.sub(r"[-_.]+", "-", name).lower()
 
 
 def release(text: Optional[str]) -> Optional[Tuple[int, int, int]]:
     """(major, minor, micro) of a version string ("0.19.0.dev3" -> (0, 19, 0)); None if it has none."""
+    import re
+
     match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text or "")
     if not match:
         return None

@@ -65,9 +65,9 @@ def test_the_scripts_ask_for_their_purpose():
 
 def test_the_demo_extra_is_what_the_demo_runs():
     extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    assert extras["demo"] == ["observed-engine[dashboard]", f"hermes-agent=={version.HERMES_TESTED[-1]}"]
+    assert extras["demo"] == ["observed-engine[dashboard]", f"hermes-agent=={version.HERMES_SUITE}"]
     assert "observed-engine[demo]" in extras["test"]
-    assert f"hermes-agent=={version.HERMES_TESTED[-1]}" in extras["test"]
+    assert f"hermes-agent=={version.HERMES_SUITE}" in extras["test"]
 
 
 @pytest.mark.parametrize("args", [("--for", "everything"), ("--bogus",), ("--for",)])
