@@ -211,9 +211,31 @@ class SelfCallingLeaf(NarrowEngine):
         return super().should_compress(prompt_tokens)
 
 
-def test_a_hook_called_from_a_leaf_hook_is_traced(observe_engine, metric_points):
-    """Leaf hooks do not set the guard (that is what makes them cheap): documented, and pinned here."""
+class HelperCallingLeaf(NarrowEngine):
+    name = "helper-calling-leaf"
+
+    def should_compress(self, prompt_tokens=None):
+        self._look()                    # the other hook is called by a helper, not named here
+        return super().should_compress(prompt_tokens)
+
+    def _look(self):
+        return self.get_status()
+
+
+def test_a_leaf_hook_that_names_another_hook_takes_the_guarded_form(observe_engine, metric_points):
+    """A leaf hook whose own code calls another observed hook (the built-in's should_compress calls
+    should_compress_info from Hermes 0.20 on) sets the guard: the inner call is the engine's own."""
     engine = observe_engine(SelfCallingLeaf())
+    engine.should_compress(1)
+    engine.get_status()                 # a host call of it is still traced
+    calls = {dict(k)["hook"]: v for k, v in metric_points(HOOK_CALLS).items()}
+    assert calls == {"should_compress": 1, "get_status": 1}
+
+
+def test_a_hook_called_from_a_leaf_hook_through_a_helper_is_traced(observe_engine, metric_points):
+    """Leaf hooks do not set the guard (that is what makes them cheap), and a call through a helper
+    method is not seen in the hook's code: traced as a call of its own. Documented, pinned here."""
+    engine = observe_engine(HelperCallingLeaf())
     engine.should_compress(1)
     calls = {dict(k)["hook"]: v for k, v in metric_points(HOOK_CALLS).items()}
     assert calls == {"should_compress": 1, "get_status": 1}

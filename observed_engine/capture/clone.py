@@ -25,7 +25,8 @@ def make_clone_hook(idx, original, pipeline, observe_copy, stale=None):
             raise
         if result is not None and result is not self:
             observe_copy(result)
-        recorder.push((idx, self, t0, perf_counter_ns(), None, args, kwargs, None, ctx, None))
+        # the clone as the result: the worker tells a copy on this pipeline from the engine itself
+        recorder.push((idx, self, t0, perf_counter_ns(), None, args, kwargs, result, ctx, None))
         return result
 
     return clone_for_agent

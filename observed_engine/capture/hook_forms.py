@@ -15,8 +15,10 @@ is a module of its own:
   not a plain function, and any other hook without a form of its own);
 * ``guarded``: every non-leaf hook sets the self-call guard (``guard``) while the inner
   runs; ``compress`` adds a live span, message snapshots and the deadline watchdog,
-  ``tool`` a live span, ``clone`` observes the clone; ``delivery`` delivers what is queued
-  at natural boundaries;
+  ``tool`` a live span, ``prune`` message snapshots, ``clone`` observes the clone;
+  ``delivery`` delivers what is queued at natural boundaries; a leaf hook whose inner
+  function calls another observed hook of its engine (:func:`calls_other_hooks`) takes the
+  guarded form too;
 * ``class_patch``: every form made for a plain function follows a later class-level patch.
 
 The span's parent is read by ``parent_context``.
@@ -24,15 +26,17 @@ The span's parent is read by ``parent_context``.
 
 from __future__ import annotations
 
+import types
 from typing import Any, Callable
 
-from ..contract.hooks import CLONE, COMPRESS, HOOK_INDEX, TOOL
+from ..contract.hooks import CLONE, COMPRESS, HOOK_INDEX, PRUNE, TOOL
 from .class_patch import StaleCheck
 from .clone import make_clone_hook
 from .compress import make_compress_hook, rejected_calls_untraced
 from .delivery import delivering
 from .exact_leaf import make_exact_leaf_hook
 from .plain import make_plain_hook
+from .prune import make_prune_hook
 from .tool import make_tool_hook
 
 
@@ -57,9 +61,33 @@ def make_hook(cls, spec, original, pipeline, meta, state_in_instance: bool, obse
         return make_tool_hook(idx, original, pipeline, meta, stale)
     if spec.kind == CLONE:
         return make_clone_hook(idx, original, pipeline, observe_copy, stale)
-    if spec.leaf:
+    if spec.kind == PRUNE:
+        return make_prune_hook(idx, original, pipeline, stale)
+    leaf = spec.leaf and not calls_other_hooks(original, spec.name, meta.hooks)
+    if leaf:
         hook = make_exact_leaf_hook(spec, idx, original, pipeline, cls, state_in_instance, stale)
         if hook is not None:
             return hook
-    hook = make_plain_hook(spec, idx, original, pipeline, stale)
+    hook = make_plain_hook(spec, idx, original, pipeline, stale, leaf)
     return delivering(hook, pipeline) if spec.delivers else hook
+
+
+def calls_other_hooks(original, name: str, hooks) -> bool:
+    """Does the inner's function ``name`` name another observed hook (``self.should_compress_info``
+    inside the built-in's ``should_compress`` from Hermes 0.20 on)? Such a leaf hook takes the
+    guarded form, so the call it makes on its own engine stays the engine's business, untraced,
+    as inside every other guarded hook: otherwise each host call would also count as a call of the
+    hook it delegates to. Read from the code objects' names (nested functions included) when the
+    class is generated; a delegation through a helper method is not seen (it is then traced as a
+    call of its own)."""
+    code = getattr(original, "__code__", None)
+    if code is None:
+        return False
+    others = set(hooks) - {name}
+    stack = [code]
+    while stack:
+        c = stack.pop()
+        if others.intersection(c.co_names):
+            return True
+        stack.extend(k for k in c.co_consts if isinstance(k, types.CodeType))
+    return False

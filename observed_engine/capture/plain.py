@@ -16,8 +16,9 @@ from .parent_context import get_current_context
 from .state_reads import read_state
 
 
-def make_plain_hook(spec, idx, original, pipeline, stale=None):
-    """Any plain hook, with the inner's arguments passed through as ``*args, **kwargs``."""
+def make_plain_hook(spec, idx, original, pipeline, stale=None, leaf=None):
+    """Any plain hook, with the inner's arguments passed through as ``*args, **kwargs``.
+    ``leaf``: take the leaf form (default: ``spec.leaf``)."""
     recorder = pipeline.recorder
     queue = recorder.queue
     append = queue.append
@@ -36,7 +37,7 @@ def make_plain_hook(spec, idx, original, pipeline, stale=None):
     else:
         after = None
 
-    if spec.leaf:   # variadic or otherwise not generated exactly: checks the guard, never sets it
+    if spec.leaf if leaf is None else leaf:   # variadic or otherwise not generated exactly: checks the guard, never sets it
         def record(self, t0, t1, exc, args, kwargs, result, ctx):
             if len(queue) < cap:
                 append((idx, self, t0, t1, exc, args, kwargs, result, ctx,

@@ -32,6 +32,7 @@ TOKEN_BUCKETS = (
     256000, 400000, 512000, 1000000, 2000000,
 )
 MESSAGE_BUCKETS = (5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000)
+TURN_API_CALL_BUCKETS = (1, 2, 3, 5, 10, 20, 50, 100)
 
 
 @record
@@ -135,7 +136,8 @@ METRICS: Tuple[MetricSpec, ...] = (
         "hermes_context_compaction_cache_rewrite_tokens_total", COUNTER, "{token}",
         ("engine",),
         "Prompt tokens the first response after a compaction had to write into the provider's prompt "
-        "cache again (cache_write tokens where reported, else prompt minus cache_read tokens).",
+        "cache again (cache_write tokens where reported, else prompt minus cache_read tokens); a committed "
+        "tool-result prune (Hermes 0.20+) is such a boundary too.",
     ),
     MetricSpec(
         "compression_duration", "hermes.context.compression.duration",
@@ -191,6 +193,50 @@ METRICS: Tuple[MetricSpec, ...] = (
         "cache_prefix_lost", "hermes.context.selection.cache_prefix_lost_tokens",
         "hermes_context_selection_cache_prefix_lost_tokens_total", COUNTER, "{token}",
         ("engine",), "Prompt-cache prefix tokens invalidated by changed selections.",
+    ),
+    MetricSpec(
+        "tool_result_prunes", "hermes.context.tool_result_prunes",
+        "hermes_context_tool_result_prunes_total", COUNTER, "{call}",
+        ("engine", "outcome"),
+        "prune_tool_results_only() results (Hermes 0.20+, after a tool iteration that did not compress): "
+        "pruned (the host goes on with the new list), noop (nothing pruned), uncommitted (a count but the "
+        "input list came back, so the host keeps it), fail_open (not a (list, n) pair), error (raised).",
+        label_values={"outcome": ("pruned", "noop", "uncommitted", "fail_open", "error")},
+    ),
+    MetricSpec(
+        "tool_result_prune_results", "hermes.context.tool_result_prune.results",
+        "hermes_context_tool_result_prune_results_total", COUNTER, "{result}",
+        ("engine",), "Tool results the committed prunes pruned, as the engine counts them.",
+    ),
+    MetricSpec(
+        "tool_result_prune_reclaimed_tokens", "hermes.context.tool_result_prune.reclaimed_tokens",
+        "hermes_context_tool_result_prune_reclaimed_tokens_total", COUNTER, "{token}",
+        ("engine",), "Tokens the committed prunes took out of the conversation (before minus after, "
+                     "counted like compression tokens).",
+    ),
+    MetricSpec(
+        "turns", "hermes.context.turns",
+        "hermes_context_turns_total", COUNTER, "{turn}",
+        ("engine", "outcome", "exit_reason"),
+        "Finished user turns the host reported to on_turn_complete (Hermes 0.20+, engines that define "
+        "it): completed, interrupted or failed, and the host's exit reason (its word without detail; "
+        "words it did not have in 0.22 count as other).",
+        label_values={"outcome": ("completed", "interrupted", "failed")},
+    ),
+    MetricSpec(
+        "turn_api_calls", "hermes.context.turn.api_calls",
+        "hermes_context_turn_api_calls", HISTOGRAM, "{call}",
+        ("engine",), "Provider calls per finished turn (on_turn_complete's api_call_count).",
+        buckets=TURN_API_CALL_BUCKETS,
+    ),
+    MetricSpec(
+        "clones", "hermes.context_engine.clones",
+        "hermes_context_engine_clones_total", COUNTER, "{call}",
+        ("engine", "outcome"),
+        "clone_for_agent() calls (Hermes 0.22+ gives every agent its own copy of a plugin engine): "
+        "observed (a new engine on the same pipeline), same_engine (the engine returned itself), "
+        "unobserved (the copy could not be observed), error (raised; the host falls back to its built-in).",
+        label_values={"outcome": ("observed", "same_engine", "unobserved", "error")},
     ),
     MetricSpec(
         "bad_input", "hermes.context_engine.bad_input",

@@ -29,7 +29,7 @@ class HookEvent(NamedTuple):
     span_or_parent: Any
     # What the hook path copied for the worker, by hook kind: engine state (STATE_FIELDS, for
     # hooks.HookSpec.reads_state), the selected items (select_context), a CompressCapture
-    # (compress), else None.
+    # (compress), a PruneCapture (prune_tool_results_only), else None.
     extra: Any
 
 
@@ -41,6 +41,14 @@ class CompressCapture(NamedTuple):
     late: bool                 # the call had passed its deadline when it returned
     state: Optional[tuple]     # engine state (STATE_FIELDS) after the call
     summary: Optional[tuple]   # summary outcome fields (SUMMARY_FIELDS) after the call
+
+
+class PruneCapture(NamedTuple):
+    """What the prune_tool_results_only hook copies around the inner's call (``HookEvent.extra``):
+    the host appends the next tool iteration to whichever list it goes on with."""
+
+    before: Optional[list]     # message snapshot of the input
+    after: Optional[list]      # message snapshot of the returned list when it is another list, else None
 
 
 class DeadlineExceeded(NamedTuple):
@@ -65,6 +73,10 @@ PUBLISH_ERRORS: Tuple[str] = ("publish_errors",)
 
 # The three numbers of the usage chart, read right after the hooks that change them.
 STATE_FIELDS: Tuple[str, str, str] = ("last_prompt_tokens", "threshold_tokens", "context_length")
+# Hermes 0.20+'s built-in holds two of them behind properties computed lazily from these instance
+# fields (no engine code runs to read them): where the instance dict lacks a STATE_FIELDS name and
+# the class has a property of that name, the worker reads the backing field (None: not computed yet).
+STATE_BACKING_FIELDS = {"threshold_tokens": "_threshold_tokens", "context_length": "_resolved_context_length"}
 # The per-call outcome fields the built-in compressor resets at the start of each compress()
 # and its host inspects afterwards (the last two are sticky causes).
 # Then the summary model: the built-in's summary_model ("" = its main model, also after it fell

@@ -18,6 +18,7 @@ COMPRESS = "compress"    # live span (children nest), deadline watchdog, token s
 TOOL = "tool"            # live `execute_tool <name>` span
 CLONE = "clone"          # the clone comes back observed too
 SELECT = "select"        # select_context: fail-open table and churn
+PRUNE = "prune"          # prune_tool_results_only: its input and result lists copied (the host appends to them)
 
 
 @record
@@ -53,12 +54,12 @@ HOOK_SPECS: Tuple[HookSpec, ...] = (
     HookSpec("on_session_reset", host_swallows=True, reads_state=True),
     HookSpec("update_from_response", leaf=True, reads_state=True),
     HookSpec("should_compress", leaf=True),
-    HookSpec("should_compress_info", leaf=True),
+    HookSpec("should_compress_info", leaf=True, host_swallows=True),
     HookSpec("should_compress_preflight", leaf=True),
     HookSpec("should_defer_preflight_to_real_usage", leaf=True),
     HookSpec("compress", kind=COMPRESS),
     HookSpec("has_content_to_compress", leaf=True),
-    HookSpec("prune_tool_results_only"),
+    HookSpec("prune_tool_results_only", kind=PRUNE, host_swallows=True),
     HookSpec("pending_compression_operation", leaf=True),
     HookSpec("get_automatic_compaction_status_message", leaf=True),
     HookSpec("emit_automatic_compaction_status"),

@@ -80,6 +80,23 @@ REQUEST_TOKENS = "hermes.context.request.tokens"
 SELECTION_BUDGET_TOKENS = "hermes.context.selection.budget_tokens"
 SELECTION_CACHE_PREFIX_LOST = "hermes.context.selection.cache_prefix_lost_tokens"
 
+# prune_tool_results_only (also MESSAGES_BEFORE/AFTER, TOKENS_BEFORE/AFTER, CURRENT_TOKENS, TOKENIZER)
+PRUNE_OUTCOME = "hermes.context.prune.outcome"                 # vocabulary.PRUNE_OUTCOMES
+PRUNE_RESULTS = "hermes.context.prune.results"                 # the n the engine reported
+PRUNE_COMMITTED = "hermes.context.prune.committed"             # the host goes on with the new list
+PRUNE_RECLAIMED_TOKENS = "hermes.context.prune.reclaimed_tokens"   # tokens before - after, committed
+
+# on_turn_complete (also MESSAGES_AFTER / TOKENS_AFTER: the finished transcript; USAGE_*: the usage given)
+TURN_OUTCOME = "hermes.turn.outcome"                 # vocabulary.TURN_OUTCOMES
+TURN_EXIT_REASON = "hermes.turn.exit_reason"         # the host's word, without its detail
+TURN_API_CALLS = "hermes.turn.api_call_count"
+TURN_INTERRUPTED = "hermes.turn.interrupted"
+TURN_FAILED = "hermes.turn.failed"
+TURN_ID = "hermes.turn.id"
+
+# clone_for_agent
+CLONE_OUTCOME = "hermes.context_engine.clone.outcome"   # vocabulary.CLONE_OUTCOMES
+
 # the exception event (OpenTelemetry semantic conventions)
 EXCEPTION_EVENT = "exception"
 EXCEPTION_TYPE = "exception.type"

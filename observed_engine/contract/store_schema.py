@@ -50,6 +50,20 @@ Schema (documented in docs/store-schema.md, version in ``meta``):
   event 'compression_blocked': outcome 'started' / 'ended', reason the blocked reason
                            ('summary_cooldown', 'ineffective_compression', 'fallback_streak',
                            'attempts_exhausted', 'other'); ts when the block began / ended
+  pruned_results  INTEGER  prune_tool_results_only (Hermes 0.20+): the tool results the engine says it
+                           pruned; outcome 'pruned' (the host goes on with the new list) / 'noop' /
+                           'uncommitted' (a count, but the input list came back: the host keeps it) /
+                           'fail_open' (not a (list, n) pair) / 'error'; messages_before/after and
+                           tokens_before/after as for compress (after = before unless pruned);
+                           checked_tokens the current_tokens the host passed
+  api_calls       INTEGER  on_turn_complete (Hermes 0.20+): the turn's provider calls (api_call_count);
+                           outcome 'completed' / 'interrupted' / 'failed', reason the host's
+                           turn_exit_reason word without its detail ('text_response', ...; 'unspecified'
+                           when none), input_tokens ... reasoning_tokens the usage the host passed (its
+                           last response's, also counted by update_from_response), messages_after /
+                           tokens_after the finished transcript
+  clone_for_agent rows (Hermes 0.22+): outcome 'observed' (a new engine on the same pipeline) /
+                           'same_engine' / 'unobserved' / 'error'
   tokenizer       TEXT     how token counts were made ('tiktoken:o200k_base' or 'estimate')
   content         TEXT     message text, only when capture_content is on, else NULL
 """
@@ -60,7 +74,7 @@ import os
 from pathlib import Path
 from typing import Mapping, Optional, Sequence
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 COLUMNS: Sequence[str] = (
     "ts", "host", "pid", "session", "engine", "hook", "event", "outcome", "reason",
@@ -71,6 +85,8 @@ COLUMNS: Sequence[str] = (
     # schema version 2 (issue 15): decisions, the summary model, cache rewrites
     "checked_tokens", "decision", "summary_model", "summary_provider",
     "summary_input_tokens", "summary_output_tokens", "cache_rewrite_tokens",
+    # schema version 3 (issue 26): the hooks of Hermes 0.20+ (tool-result prunes, finished turns)
+    "pruned_results", "api_calls",
 )
 
 _COLUMN_TYPES = {

@@ -50,6 +50,43 @@ SAME_SELECTION = "same_selection"
 CHANGED_SELECTION = "changed_selection"
 SELECTION_RESULTS: Tuple[str, ...] = (UNCHANGED, SAME_SELECTION, CHANGED_SELECTION, FAIL_OPEN)
 
+# -- prune_tool_results_only (Hermes 0.20+: the cheap tool-result prune after a tool iteration) --
+# The host commits the engine's answer only when it pruned something (n) into a NEW list
+# (``_pruned_n and _pruned_msgs is not messages``); it falls open (keeps its list) on an exception
+# and on a value it cannot unpack into (list, n). Outcome of a prune row, span and counter.
+PRUNED = "pruned"              # n and a new list: the host goes on with it
+UNCOMMITTED = "uncommitted"    # n, but the input list itself came back: the host keeps its list as is
+# NOOP: nothing pruned (n is 0); FAIL_OPEN: not a (list, n) pair; CALL_ERROR: the engine raised
+PRUNE_OUTCOMES: Tuple[str, ...] = (PRUNED, NOOP, UNCOMMITTED, FAIL_OPEN, CALL_ERROR)
+
+# -- on_turn_complete (Hermes 0.20+: after a user turn's finalisation) -------------------------
+TURN_COMPLETED = "completed"
+TURN_INTERRUPTED = "interrupted"   # interrupted=True (wins over failed)
+TURN_FAILED = "failed"             # failed=True
+TURN_OUTCOMES: Tuple[str, ...] = (TURN_COMPLETED, TURN_INTERRUPTED, TURN_FAILED)
+# turn_exit_reason as the host words it, without the detail some carry in parentheses
+# ("text_response(finish_reason=stop)", "local_processing_error(<error text>)": the detail may quote
+# an error message, so it never leaves the process). These words (0.20.1.2 and 0.22.2.post1) are
+# the label's values; another identifier is stored as it is and labelled "other"; none given is
+# "unspecified" (UNSPECIFIED).
+TURN_EXIT_REASONS: Tuple[str, ...] = (
+    "text_response", "max_iterations_reached", "budget_exhausted", "interrupted_by_user",
+    "interrupted_by_system", "interrupted_during_api_call", "all_retries_exhausted_no_response",
+    "empty_response_exhausted", "error_near_max_iterations", "local_processing_error",
+    "repeated_outer_errors", "session_persistence_failed", "compaction_handoff_not_actionable",
+    "context_compression_timeout", "context_compression_exhausted", "partial_stream_recovery",
+    "fallback_prior_turn_content", "guardrail_halt", "ollama_runtime_context_too_small",
+    "pending_tool_result", "review_input_budget_exhausted", "redirect_restart_limit_exceeded",
+    "rebuilt_restart_limit_exceeded", "interpreter_shutdown", "unknown",
+)
+EXIT_REASON_OTHER = "other"
+
+# -- clone_for_agent (Hermes 0.22+: the plugin system's one engine, copied for every agent) ------
+CLONE_OBSERVED = "observed"        # a new engine, observed by the same pipeline (shares its writer)
+CLONE_SAME_ENGINE = "same_engine"  # the engine returned itself: every agent shares one instance
+CLONE_UNOBSERVED = "unobserved"    # the copy could not be observed (its class cannot be extended)
+CLONE_OUTCOMES: Tuple[str, ...] = (CLONE_OBSERVED, CLONE_SAME_ENGINE, CLONE_UNOBSERVED, CALL_ERROR)
+
 # -- usage passed to update_from_response ---------------------------------------------
 TOKEN_TYPES: Tuple[str, ...] = ("prompt", "completion", "cache_read", "cache_write", "reasoning")
 
@@ -89,6 +126,14 @@ CHECKED_FROM_STATE = "state"       # called without tokens: the engine's last_pr
 DECISION_BELOW_THRESHOLD = "below_threshold"
 DECISION_AT_THRESHOLD = "at_or_above_threshold"
 DECISION_BLOCKED_UNKNOWN = "declined_above_threshold"   # skip at/above the threshold, no block state known
+
+# The words should_compress_info's reason starts with on the built-in compressor (0.20+:
+# "cooldown:<seconds>", "ineffective", "blocked"), as the blocked reasons below; the variable part
+# after ":" or "(" is left out (decision rows keep a bounded word).
+ENGINE_DECISION_REASONS: Dict[str, str] = {
+    "cooldown": "summary_cooldown", "ineffective": "ineffective_compression",
+    "attempts_exhausted": "attempts_exhausted", "blocked": "other",
+}
 
 # -- automatic compression blocked (gauge hermes_context_compression_blocked{reason}) ----
 BLOCKED_SUMMARY_COOLDOWN = "summary_cooldown"          # summary model failed: retries paused

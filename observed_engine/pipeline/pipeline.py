@@ -31,7 +31,7 @@ from ..store import StoreWriter
 from ..capture.state_reads import read_state
 from ..contract.events import MISSING, STATE_FIELDS
 from ..worker import EventProcessor
-from ..worker.state import blocked_reasons, static_class_value
+from ..worker.state import backing_value, blocked_reasons, static_class_value
 from .exporters import build_providers
 from .providers import BuiltProviders
 from .instruments import Instruments
@@ -423,8 +423,14 @@ def static_state(engine) -> tuple:
     """The STATE_FIELDS of ``engine`` without running engine code (MISSING ones from plain
     class attributes; a property, or nothing at all, reads as the descriptor / MISSING)."""
     raw = read_state(engine)
-    return tuple(static_class_value(type(engine), name) if value is MISSING else value
+    return tuple(_class_or_backing(engine, name) if value is MISSING else value
                  for name, value in zip(STATE_FIELDS, raw))
+
+
+def _class_or_backing(engine, name: str):
+    """A plain class attribute, or the instance field behind a property (Hermes 0.20+'s built-in)."""
+    value = static_class_value(type(engine), name)
+    return backing_value(engine, name) if isinstance(value, property) else value
 
 
 def _as_int(value) -> int:

@@ -278,6 +278,21 @@ def build_compressor(config: Mapping[str, Any], *, quiet_mode: Optional[bool] = 
                            key, compression.get(key), default)
             return default
 
+    def _prune_int(key: str, default: int) -> int:
+        # Hermes 0.20+'s own reading of the proactive-prune keys: integers, integral floats and
+        # numeric strings; booleans, fractions and anything else are the default
+        raw = compression.get(key, default)
+        if isinstance(raw, bool):
+            return default
+        if isinstance(raw, int):
+            return raw
+        if isinstance(raw, float):
+            return int(raw) if raw.is_integer() else default
+        try:
+            return int(str(raw).strip())
+        except (TypeError, ValueError):
+            return default
+
     # Per-model raise (Codex gpt-5.x, ...) exactly as the host applies it.
     threshold = host.compression_threshold(_float("threshold", 0.50), model, provider, compression)
 
@@ -297,6 +312,10 @@ def build_compressor(config: Mapping[str, Any], *, quiet_mode: Optional[bool] = 
         api_mode=api_mode,
         abort_on_summary_failure=host.truthy(compression.get("abort_on_summary_failure"), False),
         max_tokens=_positive_int(model_cfg.get("max_tokens")),
+        # Hermes 0.20+: the cheap tool-result prune (prune_tool_results_only), off unless configured
+        proactive_prune_tokens=max(0, _prune_int("proactive_prune_tokens", 0)),
+        proactive_prune_min_result_chars=_prune_int("proactive_prune_min_result_chars", 8000),
+        proactive_prune_min_reclaim_tokens=max(0, _prune_int("proactive_prune_min_reclaim_tokens", 4096)),
     )))
 
 

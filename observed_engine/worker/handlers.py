@@ -10,12 +10,13 @@ thread; the processor guards each event, so a handler may raise (counted, logged
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any, Callable, Dict, Optional
 
 from ..contract import spans as a
 from ..contract import vocabulary as v
-from ..contract.events import MISSING, HookEvent, as_messages
+from ..contract.events import ENGINE_META_ATTRIBUTE, MISSING, HookEvent, PruneCapture, as_messages
 from ..contract.hooks import HOOK_SPECS
 from ..contract.identifiers import identifier
 from .messages import message_problem
@@ -72,20 +73,20 @@ def update_model(w, mem, _label, ev, row, attrs) -> None:
     model = _arg(ev, 0, "model")
     if _set_model(mem, model):
         attrs[a.REQUEST_MODEL] = identifier(model)
-    _state_columns(w, mem, ev.extra, row)
+    _state_columns(w, mem, ev.extra, row, ev.engine)
     track_blocked(w, mem, ev.engine, row)
 
 
 def on_session_reset(w, mem, _label, ev, row, _attrs) -> None:
     mem.last_selection = None
     mem.compacted = False
-    _state_columns(w, mem, ev.extra, row)
+    _state_columns(w, mem, ev.extra, row, ev.engine)
     track_blocked(w, mem, ev.engine, row)
 
 
-def _state_columns(w, mem, raw_state, row) -> None:
+def _state_columns(w, mem, raw_state, row, engine=None) -> None:
     """The engine's state numbers into the row, remembered for the decisions that follow."""
-    w.state_columns(mem, raw_state, row)
+    w.state_columns(mem, raw_state, row, engine)
     if row.get("prompt_tokens") is not None:
         mem.last_prompt = row["prompt_tokens"]
     if row.get("threshold_tokens") is not None:
@@ -158,13 +159,36 @@ def _answer(result):
     if type(result) is dict:     # should_compress_info on hosts that call it
         for key in ("should_compress", "compress", "decision", "result"):
             if key in result and type(result[key]) is bool:
-                reason = result.get("reason")
-                return result[key], (identifier(reason) if type(reason) is str and reason else None)
+                return result[key], engine_reason(result.get("reason"))
         return None, None
     if type(result) in (tuple, list) and result and type(result[0]) is bool:
-        reason = result[1] if len(result) > 1 else None
-        return result[0], (identifier(reason) if type(reason) is str and reason else None)
+        return result[0], engine_reason(result[1] if len(result) > 1 else None)
     return None, None
+
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_.-]{0,63}")
+
+
+def reason_word(text) -> Optional[str]:
+    """The bounded word a host or engine reason starts with: the text before any ``:`` or ``(``
+    detail ("cooldown:37", "text_response(finish_reason=stop)"), if it is an identifier of at most 64
+    characters, else None. The detail never leaves the process (it may quote an error message)."""
+    if type(text) is not str or not text:
+        return None
+    word = text.split("(", 1)[0].split(":", 1)[0].strip()
+    return word if _WORD.fullmatch(word) else None
+
+
+def engine_reason(reason) -> Optional[str]:
+    """A decision hook's reason as a decision row's reason: the built-in's words as the blocked
+    reasons (vocabulary.ENGINE_DECISION_REASONS: "cooldown:<s>" is summary_cooldown), another
+    engine's word as it is, text that is not one word 'other'; None when the engine gave none."""
+    if type(reason) is not str or not reason:
+        return None
+    word = reason_word(reason)
+    if word is None:
+        return v.BLOCKED_OTHER
+    return v.ENGINE_DECISION_REASONS.get(word, word)
 
 
 def compression_check(w, mem, label, ev, row, attrs) -> None:
@@ -263,7 +287,7 @@ def update_from_response(w, mem, label, ev, row, attrs) -> None:
             row["cache_rewrite_tokens"] = attrs[a.CACHE_REWRITE_TOKENS] = rewrite
             if rewrite:
                 w.count("cache_rewrite_tokens", rewrite, engine=label)
-    _state_columns(w, mem, ev.extra, row)
+    _state_columns(w, mem, ev.extra, row, ev.engine)
     track_blocked(w, mem, ev.engine, row)
 
 
@@ -319,7 +343,7 @@ def compress(w, mem, label, ev, row, attrs) -> None:
                        row, attrs)
     if outcome == v.COMPRESSED and (failed_summary is None or failed_summary[0] != v.ABORTED):
         mem.compacted = True      # (an aborted one hands the host its list unchanged: no new prefix)
-    _state_columns(w, mem, capture.state, row)
+    _state_columns(w, mem, capture.state, row, ev.engine)
     track_blocked(w, mem, ev.engine, row)
     w.record(w.instruments.compression_duration, row["duration_s"], {"engine": label})
     if capture.late:
@@ -397,6 +421,158 @@ def select_context(w, mem, label, ev, row, attrs) -> None:
     row["tokenizer"] = tokens.method
 
 
+# -- the hooks of Hermes 0.20+ ---------------------------------------------------------------
+
+
+def prune_tool_results_only(w, mem, label, ev, row, attrs) -> None:
+    """The cheap tool-result prune: what went in and came out, and whether the host commits it
+    (``n and the list is not the input``, vocabulary.PRUNE_OUTCOMES)."""
+    hook = "prune_tool_results_only"
+    capture = ev.extra if type(ev.extra) is PruneCapture else PruneCapture(None, None)
+    tokens = w.tokens_for(mem)
+    row["tokenizer"] = attrs[a.TOKENIZER] = tokens.method
+    current = _plain_int(_arg(ev, 1, "current_tokens"))
+    if current is not None:
+        row["checked_tokens"] = attrs[a.CURRENT_TOKENS] = current
+    before = capture.before
+    n_before = None
+    if before is None:
+        w.bad_input(mem, label, hook, "messages_not_a_list", row)
+    else:
+        problem = message_problem(before)
+        if problem is not None:
+            w.bad_input(mem, label, hook, problem, row)
+        n_before = tokens.count_messages(as_messages(before))
+        row["messages_before"], row["tokens_before"] = len(before), n_before
+        attrs[a.MESSAGES_BEFORE], attrs[a.TOKENS_BEFORE] = len(before), n_before
+    result = ev.result
+    if ev.exc is not None:
+        outcome = v.CALL_ERROR        # fail-open counted by the generic host_swallows path
+    elif type(result) not in (tuple, list) or len(result) != 2:
+        outcome = v.FAIL_OPEN         # the host cannot unpack it: it keeps its list
+        w.fail_open(mem, label, hook, v.REASON_INVALID_RETURN, row)
+        w.log_once(("prune_invalid", mem.name),
+                   "observed-engine: engine %r prune_tool_results_only returned %s, not a (messages, n) pair; "
+                   "the host keeps its messages", mem.name, type(result).__name__)
+    else:
+        pruned_list, n = result
+        if type(n) is int or type(n) is bool:
+            some = n != 0
+            row["pruned_results"] = attrs[a.PRUNE_RESULTS] = int(n)
+        else:
+            some = n is not None
+            w.bad_input(mem, label, hook, f"prune_count_{type(n).__name__}", row)
+        messages = _arg(ev, 0, "messages")
+        if not some:
+            outcome = v.NOOP
+        elif pruned_list is messages:
+            outcome = v.UNCOMMITTED
+        else:
+            outcome = v.PRUNED
+        attrs[a.PRUNE_COMMITTED] = outcome == v.PRUNED
+        after = capture.after
+        if after is None and outcome == v.PRUNED:
+            w.bad_input(mem, label, hook, "messages_not_a_list", row)
+        elif after is None and before is not None:      # the host keeps the list it had
+            row["messages_after"], row["tokens_after"] = len(before), n_before
+            attrs[a.MESSAGES_AFTER], attrs[a.TOKENS_AFTER] = len(before), n_before
+        elif after is not None:
+            n_after = tokens.count_messages(as_messages(after))
+            row["messages_after"], row["tokens_after"] = len(after), n_after
+            attrs[a.MESSAGES_AFTER], attrs[a.TOKENS_AFTER] = len(after), n_after
+        if outcome == v.PRUNED:
+            # a committed prune rewrites messages the provider has seen: a prompt-cache boundary,
+            # like a compaction (the next response's cache rewrite is counted the same way)
+            mem.compacted = True
+            if row.get("pruned_results"):
+                w.count("tool_result_prune_results", row["pruned_results"], engine=label)
+            if n_before is not None and row.get("tokens_after") is not None:
+                reclaimed = max(n_before - row["tokens_after"], 0)
+                attrs[a.PRUNE_RECLAIMED_TOKENS] = reclaimed
+                if reclaimed:
+                    w.count("tool_result_prune_reclaimed_tokens", reclaimed, engine=label)
+    row["outcome"] = attrs[a.PRUNE_OUTCOME] = outcome
+    w.count("tool_result_prunes", engine=label, outcome=outcome)
+
+
+def turn_exit_reason(raw) -> tuple:
+    """(the store's word, the metric's label) of the host's turn_exit_reason: the word before its
+    detail; a word outside vocabulary.TURN_EXIT_REASONS is labelled 'other', text that is no word is
+    'other' in both, none given 'unspecified' in both."""
+    if raw is None or raw == "":
+        return v.UNSPECIFIED, v.UNSPECIFIED
+    word = reason_word(raw)
+    if word is None:
+        return v.EXIT_REASON_OTHER, v.EXIT_REASON_OTHER
+    return word, (word if word in v.TURN_EXIT_REASONS else v.EXIT_REASON_OTHER)
+
+
+def _flag(value) -> Optional[bool]:
+    return bool(value) if type(value) in (bool, int) else None
+
+
+def on_turn_complete(w, mem, label, ev, row, attrs) -> None:
+    """A finished user turn: completed / interrupted / failed, the host's exit reason (a bounded
+    word, its detail left out), the provider calls, the usage given, the transcript's size."""
+    kw = ev.kwargs
+    interrupted, failed = _flag(kw.get("interrupted")), _flag(kw.get("failed"))
+    outcome = v.TURN_INTERRUPTED if interrupted else v.TURN_FAILED if failed else v.TURN_COMPLETED
+    word, exit_label = turn_exit_reason(kw.get("turn_exit_reason"))
+    attrs[a.TURN_OUTCOME], attrs[a.TURN_EXIT_REASON] = outcome, word
+    if interrupted is not None:
+        attrs[a.TURN_INTERRUPTED] = interrupted
+    if failed is not None:
+        attrs[a.TURN_FAILED] = failed
+    turn_id = kw.get("turn_id")
+    if turn_id is not None:
+        attrs[a.TURN_ID] = identifier(turn_id)
+    if ev.exc is None:          # (a raising hook keeps its row's error outcome; the turn is counted)
+        row["outcome"], row["reason"] = outcome, word
+    calls = _plain_int(kw.get("api_call_count"))
+    if calls is not None and calls >= 0:
+        row["api_calls"] = attrs[a.TURN_API_CALLS] = calls
+        w.record(w.instruments.turn_api_calls, calls, {"engine": label})
+    # the usage of the turn's last response, which update_from_response has counted already: the
+    # row and the span carry it, no counter adds it again
+    values, problems = parse_usage(_arg(ev, 1, "usage"))
+    for token_type, n in values.items():
+        row[USAGE_COLUMNS[token_type]] = n
+    for problem in problems:
+        w.bad_input(mem, label, "on_turn_complete", problem, row)
+    if "prompt" in values:
+        attrs[a.USAGE_INPUT_TOKENS] = values["prompt"]
+    if "completion" in values:
+        attrs[a.USAGE_OUTPUT_TOKENS] = values["completion"]
+    messages = _arg(ev, 0, "messages")
+    if type(messages) is list:
+        tokens = w.tokens_for(mem)
+        n = tokens.count_messages(messages)
+        row["messages_after"], row["tokens_after"], row["tokenizer"] = len(messages), n, tokens.method
+        attrs[a.MESSAGES_AFTER], attrs[a.TOKENS_AFTER] = len(messages), n
+    w.count("turns", engine=label, outcome=outcome, exit_reason=exit_label)
+
+
+def clone_for_agent(w, mem, label, ev, row, attrs) -> None:
+    """A per-agent copy (Hermes 0.22's plugin route): the clone comes back observed by this same
+    pipeline (one worker and one store writer however many agents), or it does not."""
+    if ev.exc is not None:
+        outcome = v.CALL_ERROR
+    else:
+        clone = ev.result
+        meta = getattr(type(clone), ENGINE_META_ATTRIBUTE, None) if clone is not None else None
+        if clone is ev.engine:
+            outcome = v.CLONE_SAME_ENGINE
+        elif meta is not None and getattr(meta, "pipeline", None) is w.pipeline:
+            outcome = v.CLONE_OBSERVED
+        else:
+            outcome = v.CLONE_UNOBSERVED
+            w.log_once(("clone_unobserved", mem.name),
+                       "observed-engine: clone_for_agent() of engine %r returned %s that is not observed here; "
+                       "that agent's engine is not observed", mem.name, type(clone).__name__)
+    row["outcome"] = attrs[a.CLONE_OUTCOME] = outcome
+    w.count("clones", engine=label, outcome=outcome)
+
+
 def record_timeout_failure(w, mem, label, ev, row, attrs) -> None:
     kind = ev.kwargs.get("failure_kind")
     reason = _arg(ev, 0, "reason")
@@ -423,7 +599,8 @@ def handle_tool_call(w, _mem, _label, ev, row, attrs) -> None:
 HANDLERS: Dict[str, Handler] = {
     fn.__name__: fn
     for fn in (on_session_start, bind_session_state, update_model, on_session_reset, update_from_response,
-               compress, select_context, record_timeout_failure, handle_tool_call)
+               compress, select_context, record_timeout_failure, handle_tool_call,
+               prune_tool_results_only, on_turn_complete, clone_for_agent)
 }
 for _hook in ("should_compress", "should_compress_preflight", "should_compress_info",
               "should_defer_preflight_to_real_usage"):

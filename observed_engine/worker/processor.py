@@ -218,9 +218,10 @@ class EventProcessor:
                       "unchanged, the value was not counted", mem.name, hook, kind)
         self.event_row(mem, row, hook, v.EVENT_BAD_INPUT, v.EVENT_BAD_INPUT, kind, None)
 
-    def state_columns(self, mem: EngineMemory, raw_state, row: Dict[str, Any]) -> None:
-        """The engine's state numbers (copied on the hook path) into the row."""
-        state = resolve(mem.engine_class, raw_state)
+    def state_columns(self, mem: EngineMemory, raw_state, row: Dict[str, Any], engine=None) -> None:
+        """The engine's state numbers (copied on the hook path) into the row (``engine``: where a
+        number is a property's, its backing field is read now)."""
+        state = resolve(mem.engine_class, raw_state, engine)
         if not state:
             return
         prompt, threshold, window = state

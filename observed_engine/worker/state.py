@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Optional, Tuple
 
 from ..contract import vocabulary as v
-from ..contract.events import MISSING, STATE_FIELDS
+from ..contract.events import MISSING, STATE_BACKING_FIELDS, STATE_FIELDS
 
 
-def resolve(engine_class: type, raw: Optional[tuple]) -> Optional[Tuple[float, float, float]]:
-    """The STATE_FIELDS numbers, with class defaults filled in; None if any is not a plain number."""
+def resolve(engine_class: type, raw: Optional[tuple], engine=None) -> Optional[Tuple[float, float, float]]:
+    """The STATE_FIELDS numbers, with class defaults filled in (a property's backing field read from
+    ``engine``'s instance dict now, STATE_BACKING_FIELDS); None if any is not a plain number."""
     if raw is None:
         return None
     if len(raw) == 3 and type(raw[0]) is int and type(raw[1]) is int and type(raw[2]) is int:
@@ -19,12 +20,25 @@ def resolve(engine_class: type, raw: Optional[tuple]) -> Optional[Tuple[float, f
         for name, value in zip(STATE_FIELDS, raw):
             if value is MISSING:
                 value = static_class_value(engine_class, name)
+                if isinstance(value, property) and engine is not None:
+                    value = backing_value(engine, name)
             if type(value) is not int and type(value) is not float:
                 return None
             values.append(value)
         return tuple(values)   # type: ignore[return-value]
     except Exception:
         return None
+
+
+def backing_value(engine, name: str):
+    """The instance field behind the property ``name`` (STATE_BACKING_FIELDS), MISSING if none."""
+    field = STATE_BACKING_FIELDS.get(name)
+    if field is None:
+        return MISSING
+    try:
+        return object.__getattribute__(engine, "__dict__").get(field, MISSING)
+    except Exception:
+        return MISSING
 
 
 def static_class_value(cls, name):
@@ -125,6 +139,6 @@ def live_state(engine, engine_class: type) -> Optional[Tuple[float, float, float
     attributes; no engine code), or None."""
     try:
         state = object.__getattribute__(engine, "__dict__")
-        return resolve(engine_class, tuple(state.get(name, MISSING) for name in STATE_FIELDS))
+        return resolve(engine_class, tuple(state.get(name, MISSING) for name in STATE_FIELDS), engine)
     except Exception:
         return None
