@@ -1,6 +1,6 @@
 """How the dashboard was started: its flags (after ``--``) and the environment.
 
-    streamlit run app.py -- [--store PATH | --prometheus URL] [--refresh S] [--allow-source-change]
+    streamlit run app.py --server.address 127.0.0.1 -- [--store PATH | --prometheus URL] [--refresh S] [--allow-source-change]
 
 Started with ``--store`` or ``--prometheus`` the source is pinned: the sidebar shows it
 read-only and no widget can point the dashboard at another file or server, unless

@@ -149,7 +149,13 @@ def test_compose_dashboard_service(compose):
     env = env if isinstance(env, dict) else dict(e.split("=", 1) for e in env)
     assert env["OBSERVED_PROMETHEUS_URL"] == "http://prometheus:9090"
     command = " ".join(svc["command"]) if isinstance(svc["command"], list) else svc["command"]
-    assert "pip install" in command and "streamlit run" in command and "dashboard/app.py" in command
+    # the package with the extra that brings Streamlit, started by its own command (issue 25:
+    # `pip install /app` alone had no Streamlit; every way of starting it is this command or
+    # binds 127.0.0.1: in the container, every interface, which the host publishes on 127.0.0.1)
+    assert "pip install '/app[dashboard]'" in command
+    assert "exec observed-engine dashboard --host 0.0.0.0 --port 8501 --prometheus http://prometheus:9090" in command
+    assert "streamlit run" not in command
+    assert [resolve_defaults(str(p)) for p in svc["ports"]] == ["127.0.0.1:8501:8501"]
     assert svc["image"].startswith("python:3.11")
 
 
