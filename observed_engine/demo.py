@@ -52,6 +52,7 @@ from . import host
 from .contract.store_schema import DEMO_DIR_ENV, DEMO_STORE_FILE, demo_dir
 from .host import default_store_path
 from .loopback_llm import DROP, LoopbackChatServer, content_text
+from .version import __version__
 
 
 TOPICS = ("billing", "deploy", "search", "auth", "cache")
@@ -428,7 +429,9 @@ def build_engines(settings: Dict[str, Any], summariser: OfflineSummariser, conte
 # ``observed-engine dashboard`` (observed_engine/cli/dashboard.py). It lives here, not in the
 # CLI, because the demo sits below the CLI in the import layers (pyproject.toml).
 
-DASHBOARD_EXTRA = "the dashboard needs the extra: pip install 'observed-engine[dashboard]'"
+# Not on the package index yet: the extra comes from a checkout or a built wheel (README, Install).
+DASHBOARD_EXTRA = ("the dashboard needs the [dashboard] extra: pip install '/path/to/observed-engine[dashboard]' "
+                   f"(a checkout) or 'observed_engine-{__version__}-py3-none-any.whl[dashboard]' (a built wheel)")
 
 
 def streamlit_installed() -> bool:
@@ -765,7 +768,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
     if host.hermes_version() is None:        # looked up without importing it (an import writes files)
         print("observed-engine demo: Hermes Agent is not installed here; fix: bash scripts/demo.sh "
-              "(or pip install 'observed-engine[demo]')", file=sys.stderr)
+              "(or pip install '/path/to/observed-engine[demo]' from a checkout)", file=sys.stderr)
         return 2
     with private_environment(home, directory / "tiktoken"):
         try:
@@ -783,7 +786,7 @@ def _run(args: argparse.Namespace, directory: Path, store: Path, home: Path,
         host.ai_agent_class()
     except ImportError as exc:
         print(f"observed-engine demo: Hermes Agent cannot be imported ({exc}); fix: bash scripts/demo.sh "
-              "(or pip install 'observed-engine[demo]')", file=sys.stderr)
+              "(or pip install '/path/to/observed-engine[demo]' from a checkout)", file=sys.stderr)
         return 2
     store.parent.mkdir(parents=True, exist_ok=True)
     directory.mkdir(parents=True, exist_ok=True)

@@ -105,8 +105,8 @@ def test_without_streamlit(home, launched, monkeypatch, capsys):
     assert cli.main(["dashboard"]) == 2
     out = capsys.readouterr()
     assert out.out == ""
-    assert out.err == "observed-engine dashboard: the dashboard needs the extra: " \
-                      "pip install 'observed-engine[dashboard]'\n"
+    assert out.err == f"observed-engine dashboard: {demo_module.DASHBOARD_EXTRA}\n"
+    assert "pip install '/path/to/observed-engine[dashboard]' (a checkout)" in out.err   # not on PyPI yet
     assert not launched
 
 
@@ -129,7 +129,7 @@ def test_the_demo_starts_the_same_command(monkeypatch, tmp_path):
 def test_the_demo_without_streamlit(monkeypatch, tmp_path, capsys):
     monkeypatch.setitem(sys.modules, "streamlit", None)
     assert demo_module.start_dashboard(tmp_path / "demo.sqlite", "127.0.0.1", 8765) is None
-    assert "pip install 'observed-engine[dashboard]'" in capsys.readouterr().err
+    assert "pip install '/path/to/observed-engine[dashboard]'" in capsys.readouterr().err
 
 
 # -- a real start ----------------------------------------------------------------------------

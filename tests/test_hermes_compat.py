@@ -305,7 +305,7 @@ def test_readme_tells_pipx_users_the_lines_that_work():
 
     readme = (REPO / "README.md").read_text(encoding="utf-8")
     use = readme.split("## Use it with Hermes", 1)[1].split("\n## ", 1)[0]
-    assert "pipx inject --include-apps hermes-agent observed-engine" in use
+    assert "pipx inject --include-apps hermes-agent /path/to/observed-engine" in use   # not on PyPI yet
     assert "pipx uninject hermes-agent observed-engine" in use
     assert '"$HERMES_PY" -m pip uninstall observed-engine' in use
     assert use.index("uninstall first") < use.index("pipx uninject")

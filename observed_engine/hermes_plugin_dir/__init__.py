@@ -24,7 +24,7 @@ def register(ctx):
         _logger.error(
             "observed: the observed-engine package is not importable from this Hermes "
             "(%s: %s). Install it into Hermes' Python environment "
-            "(`pip install observed-engine`), or set `context.engine` back to your "
+            "(from a checkout: `pip install /path/to/observed-engine`), or set `context.engine` back to your "
             "previous engine. Hermes falls back to its built-in compressor.",
             type(exc).__name__, exc,
         )
