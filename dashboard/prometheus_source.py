@@ -32,6 +32,7 @@ from .prom_http import PrometheusHTTP
 from .sources import (
     ALERT_COLUMNS, BLOCKED_COLUMNS, CAP_ALERTS, CONTENT_COLUMNS, DECISION_COLUMNS, HOOK_COMPRESS, INCIDENT_COLUMNS, INCIDENT_COUNT_COLUMNS,
     SESSION_COLUMNS, TIMELINE_COLUMNS, Filters, SourceError, Status,
+    CLONE_COLUMNS, PRUNE_COLUMNS, TURN_COLUMNS,
 )
 
 
@@ -53,6 +54,11 @@ SUMMARY_FAILURES = _metric("summary_failures")
 FAIL_OPEN = _metric("fail_open")
 SELECTIONS = _metric("selections")
 CACHE_LOST = _metric("cache_prefix_lost")
+PRUNES = _metric("tool_result_prunes")
+PRUNE_RESULTS = _metric("tool_result_prune_results")
+PRUNE_RECLAIMED = _metric("tool_result_prune_reclaimed_tokens")
+TURNS = _metric("turns")
+CLONES = _metric("clones")
 
 ANY_SERIES = '{__name__=~"hermes_context_.+"}'
 LOOKBACK_ALL = 14 * 86400
@@ -225,6 +231,36 @@ class PrometheusSource:
         blocked = self._vec(gauge("sum", _metric("compression_blocked"), ["engine", "reason"], sel), f,
                             ["engine", "reason"])
         return dec, pd.DataFrame([(*k, int(v)) for k, v in sorted(blocked.items()) if v > 0], columns=BLOCKED_COLUMNS)
+
+    def prunes(self, f: Filters) -> pd.DataFrame:
+        sel, rng = self._sel(f), _dur(f.span)
+        counts = self._vec(increase_sum(PRUNES, ["engine", "outcome"], sel, rng), f, ["engine", "outcome"])
+        results = self._vec(increase_sum(PRUNE_RESULTS, ["engine"], sel, rng), f, ["engine"])
+        reclaimed = self._vec(increase_sum(PRUNE_RECLAIMED, ["engine"], sel, rng), f, ["engine"])
+        rows = []
+        for e in sorted({k[0] for k in counts} - {None}):
+            c = [_count(counts.get((e, o))) for o in vocab.PRUNE_OUTCOMES]
+            if any(c):
+                rows.append((e, *c, sum(c), _count(results.get((e,))), _count(reclaimed.get((e,)))))
+        return pd.DataFrame(rows, columns=PRUNE_COLUMNS)
+
+    def turns(self, f: Filters) -> pd.DataFrame:
+        sel, rng = self._sel(f), _dur(f.span)
+        by = ["engine", "outcome", "exit_reason"]
+        counts = self._vec(increase_sum(TURNS, by, sel, rng), f, by)
+        rows = [(*k, _count(n), None) for k, n in sorted(counts.items(), key=lambda kv: (kv[0][0], -kv[1], kv[0]))
+                if k[0] is not None and _count(n)]      # provider calls per turn: a histogram per engine only
+        return pd.DataFrame(rows, columns=TURN_COLUMNS)
+
+    def clones(self, f: Filters) -> pd.DataFrame:
+        sel, rng = self._sel(f), _dur(f.span)
+        counts = self._vec(increase_sum(CLONES, ["engine", "outcome"], sel, rng), f, ["engine", "outcome"])
+        rows = []
+        for e in sorted({k[0] for k in counts} - {None}):
+            c = [_count(counts.get((e, o))) for o in vocab.CLONE_OUTCOMES]
+            if any(c):
+                rows.append((e, *c, sum(c)))
+        return pd.DataFrame(rows, columns=CLONE_COLUMNS)
 
     def timeline(self, f: Filters, limit: int) -> pd.DataFrame:  # noqa: ARG002
         return pd.DataFrame(columns=TIMELINE_COLUMNS)         # session ids are never metric labels

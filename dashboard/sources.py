@@ -29,6 +29,7 @@ from typing import ContextManager, Dict, Optional, Protocol, Sequence, Tuple, ru
 
 import pandas as pd
 
+from observed_engine.contract import vocabulary as _vocab
 from observed_engine.contract.hooks import BY_NAME as _HOOKS
 
 # The hooks the views single out (names checked against the contract's hook table at import).
@@ -36,6 +37,9 @@ HOOK_COMPRESS = _HOOKS["compress"].name
 HOOK_SELECT = _HOOKS["select_context"].name
 HOOK_UPDATE = _HOOKS["update_from_response"].name
 HOOK_SESSION_END = _HOOKS["on_session_end"].name
+HOOK_PRUNE = _HOOKS["prune_tool_results_only"].name      # Hermes 0.20+
+HOOK_TURN = _HOOKS["on_turn_complete"].name
+HOOK_CLONE = _HOOKS["clone_for_agent"].name              # Hermes 0.22+
 
 # Capabilities a source may have; views say what is missing when one is absent.
 CAP_SESSIONS = "sessions"          # per-session rows (the sawtooth of one session)
@@ -217,6 +221,21 @@ class Source(Protocol):
         sessions whose latest block row says started; Prometheus: the blocked gauge's sum)."""
         ...
 
+    def prunes(self, f: Filters) -> pd.DataFrame:
+        """prune_tool_results_only per engine (Hermes 0.20+): [PRUNE_COLUMNS] = [engine,
+        *PRUNE_OUTCOMES, total, results_pruned, tokens_reclaimed] (the last two of committed prunes)."""
+        ...
+
+    def turns(self, f: Filters) -> pd.DataFrame:
+        """Finished turns (on_turn_complete, Hermes 0.20+): [TURN_COLUMNS] = [engine, outcome,
+        exit_reason, turns, api_calls]; exit_reason as the store has it (the metric: its label,
+        words it does not know as 'other')."""
+        ...
+
+    def clones(self, f: Filters) -> pd.DataFrame:
+        """clone_for_agent per engine (Hermes 0.22+): [CLONE_COLUMNS] = [engine, *CLONE_OUTCOMES, total]."""
+        ...
+
     def timeline(self, f: Filters, limit: int) -> pd.DataFrame:
         """Every row of the selected session in the range, oldest first: [TIMELINE_COLUMNS]
         (columns an older store lacks are NULL; empty without CAP_SESSIONS)."""
@@ -238,5 +257,8 @@ TIMELINE_COLUMNS = ["ts", "engine", "hook", "event", "outcome", "reason", "decis
                     "prompt_tokens", "threshold_tokens", "window_tokens", "tokens_before", "tokens_after",
                     "messages_before", "messages_after", "duration_s", "summary_model", "summary_input_tokens",
                     "summary_output_tokens", "input_tokens", "cache_read_tokens", "cache_rewrite_tokens",
-                    "tokenizer"]
+                    "tokenizer", "pruned_results", "api_calls"]
 ALERT_COLUMNS = ["alert", "severity", "state", "engine", "detail", "since"]
+PRUNE_COLUMNS = ["engine", *_vocab.PRUNE_OUTCOMES, "total", "results_pruned", "tokens_reclaimed"]
+TURN_COLUMNS = ["engine", "outcome", "exit_reason", "turns", "api_calls"]
+CLONE_COLUMNS = ["engine", *_vocab.CLONE_OUTCOMES, "total"]

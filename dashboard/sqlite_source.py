@@ -33,6 +33,7 @@ from .sqlite import compressions as _compressions
 from .sqlite import decisions as _decisions
 from .sqlite import incidents as _incidents
 from .sqlite import latency as _latency
+from .sqlite import newer_hooks as _newer_hooks
 from .sqlite import selections as _selections
 from .sqlite import timeline as _timeline
 from .sqlite.buckets import BucketCache
@@ -116,6 +117,15 @@ class SQLiteSource:
 
     def latency(self, f: Filters) -> Tuple[pd.DataFrame, pd.DataFrame]:
         return _latency.latency(self.db, self._buckets, self._pct, f)
+
+    def prunes(self, f: Filters) -> pd.DataFrame:
+        return _newer_hooks.prunes(self.db, f)
+
+    def turns(self, f: Filters) -> pd.DataFrame:
+        return _newer_hooks.turns(self.db, f)
+
+    def clones(self, f: Filters) -> pd.DataFrame:
+        return _newer_hooks.clones(self.db, f)
 
     def incidents(self, f: Filters, limit: int = 500) -> pd.DataFrame:
         return _incidents.incidents(self.db, f, limit)

@@ -141,6 +141,11 @@ def test_vocabulary_matches_the_catalogue_label_values():
     assert by_key["usage_tokens"].label_values["token_type"] == vocabulary.TOKEN_TYPES
     assert by_key["telemetry_dropped"].label_values["signal"] == vocabulary.DROP_SIGNALS
     assert by_key["compression_tokens"].label_values["stage"] == vocabulary.STAGES
+    assert by_key["tool_result_prunes"].label_values["outcome"] == vocabulary.PRUNE_OUTCOMES
+    assert by_key["turns"].label_values["outcome"] == vocabulary.TURN_OUTCOMES
+    assert set(by_key["turns"].label_values["exit_reason"]) == {
+        *vocabulary.TURN_EXIT_REASONS, vocabulary.EXIT_REASON_OTHER, vocabulary.UNSPECIFIED}
+    assert by_key["clones"].label_values["outcome"] == vocabulary.CLONE_OUTCOMES
     assert tuple(usage.TOKEN_TYPES) == vocabulary.TOKEN_TYPES
     assert tuple(USAGE_COLUMNS) == vocabulary.TOKEN_TYPES
 

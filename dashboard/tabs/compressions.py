@@ -11,6 +11,7 @@ from observed_engine.contract import vocabulary as vocab
 from .. import charts
 from ..context import Ctx, chart, note_skipped
 from ..format import fmt_int, fmt_pct, fmt_seconds, literal, numeric, plural
+from .newer_hooks import render_prunes
 
 TITLE = "Compressions"
 KIND_HELP = {
@@ -76,6 +77,7 @@ def render(ctx: Ctx) -> None:
     summary, series = ctx.q("compressions")
     note_skipped(summary)
     render_decisions(ctx)
+    render_prunes(ctx)
     if summary.empty:
         st.info("No compress() calls in this range.")
         return

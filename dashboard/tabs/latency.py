@@ -9,6 +9,7 @@ from observed_engine.contract.catalogue import BY_KEY
 from .. import charts
 from ..context import Ctx, chart, note_skipped
 from ..format import numeric
+from .newer_hooks import render_clones
 
 TITLE = "Hook latency"
 
@@ -19,6 +20,7 @@ def render(ctx: Ctx) -> None:
     if table.empty:
         st.info("No hook calls in this range.")
         return
+    render_clones(ctx)
     left, right = st.columns([1, 1])
     with left:
         st.markdown("##### p50 / p95 / p99 per hook")

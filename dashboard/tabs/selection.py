@@ -1,4 +1,5 @@
-"""select_context: the outcome mix, churn over time, and prompt-cache tokens lost."""
+"""select_context: the outcome mix, churn over time, and prompt-cache tokens lost; and the finished
+turns its complement on_turn_complete observes (Hermes 0.20+)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from observed_engine.contract import vocabulary as vocab
 from .. import charts
 from ..context import Ctx, chart, note_skipped
 from ..format import fmt_int, fmt_pct, fmt_tokens, numeric
+from .newer_hooks import render_turns
 
 TITLE = "select_context"
 
@@ -16,6 +18,7 @@ TITLE = "select_context"
 def render(ctx: Ctx) -> None:
     summary, series = ctx.q("selections")
     note_skipped(summary)
+    render_turns(ctx)
     if summary.empty:
         st.info("No select_context calls in this range (the host only calls it when the engine defines it).")
         return

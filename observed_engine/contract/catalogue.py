@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Tuple
 
+from . import vocabulary as _vocab
 from .records import record
 
 COUNTER = "counter"
@@ -221,7 +222,8 @@ METRICS: Tuple[MetricSpec, ...] = (
         "Finished user turns the host reported to on_turn_complete (Hermes 0.20+, engines that define "
         "it): completed, interrupted or failed, and the host's exit reason (its word without detail; "
         "words it did not have in 0.22 count as other).",
-        label_values={"outcome": ("completed", "interrupted", "failed")},
+        label_values={"outcome": ("completed", "interrupted", "failed"),
+                      "exit_reason": _vocab.TURN_EXIT_REASONS + (_vocab.EXIT_REASON_OTHER, _vocab.UNSPECIFIED)},
     ),
     MetricSpec(
         "turn_api_calls", "hermes.context.turn.api_calls",

@@ -115,7 +115,7 @@ class ToolLLM(FakeLLMServer):
 
 @pytest.fixture(scope="module")
 def llm():
-    with ToolLLM(model=MODEL, context_length=CONTEXT_LENGTH, reply_chars=300) as server:
+    with ToolLLM(model=MODEL, context_length=CONTEXT_LENGTH, reply_chars=300, varied=True) as server:
         yield server
 
 
