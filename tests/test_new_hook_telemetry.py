@@ -258,7 +258,7 @@ def test_clones_share_the_pipeline_and_threads_stay_flat(prov, observe_engine, s
     for i, clone in enumerate([first, *clones]):
         clone.update_from_response({"prompt_tokens": 100 + i})
     prov.flush()
-    assert threading.active_count() == threads
+    assert threading.active_count() <= threads          # no thread per clone (a pipeline each would add two)
     assert all(is_observed(c) and c is not engine and pipeline_of(c) is pipeline_of(engine) for c in clones)
     assert prov.value(CLONES, engine="shared", outcome=v.CLONE_OBSERVED) == 50
     rows = read_rows(store_path)

@@ -375,7 +375,7 @@ def test_fifty_agents_through_the_plugin_system(line, prov, llm, tmp_path, fresh
         engines = [first.context_compressor] + [_agent(llm, home, monkeypatch, toolsets=()).context_compressor
                                                 for _ in range(49)]
         prov.flush()
-        assert threading.active_count() == threads, "a pipeline (worker, writer) per agent?"
+        assert threading.active_count() <= threads, "a pipeline (worker, writer) per agent?"
         assert len({id(e) for e in engines}) == 50 and all(is_observed(e) for e in engines)
         assert len({id(pipeline_of(e)) for e in engines}) == 1
         rows = read_rows(_store(home), "hook = 'clone_for_agent'")
