@@ -51,7 +51,7 @@ from typing import Any, Dict, List, Optional
 from . import host
 from .contract.store_schema import DEMO_DIR_ENV, DEMO_STORE_FILE, demo_dir
 from .host import default_store_path
-from .loopback_llm import DROP, LoopbackChatServer, content_text
+from .loopback_llm import DROP, LoopbackChatServer, content_text, prose
 from .version import __version__
 
 
@@ -185,8 +185,8 @@ class DemoLLM(LoopbackChatServer):
             if len(self._prefix) > 10_000:
                 self._prefix.clear()
         cached = min(prev[1], prompt) * 9 // 10 if prev and prev[0] == head else 0
-        content = (f"Answer {turn}: noted. " + "The quick brown fox jumps over the lazy dog. "
-                   * (self.reply_chars // 45 + 1))[: self.reply_chars]
+        # prose that does not repeat itself: Hermes 0.22 stops a reply of one repeated sentence
+        content = (f"Answer {turn}: noted. " + prose(turn, self.reply_chars))[: self.reply_chars]
         completion = len(content) // 4
         return {"role": "assistant", "content": content}, {"prompt_tokens": prompt, "completion_tokens": completion,
                          "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": cached}}

@@ -35,6 +35,31 @@ def content_text(content: Any) -> str:
     return "" if content is None else str(content)
 
 
+# The words of prose(): a fake model's reply text.
+_WORDS = ("context", "engine", "summary", "token", "window", "turn", "answer", "question", "budget",
+          "prompt", "message", "history", "cache", "prefix", "request", "reply", "model", "session",
+          "tool", "result", "note", "detail", "point", "topic", "state", "plan", "step", "check",
+          "value", "count", "limit", "range", "record", "signal", "trace", "metric", "store", "row")
+
+
+def prose(seed: int, chars: int) -> str:
+    """``chars`` characters of text that does not repeat itself, the same for the same ``seed``:
+    numbered sentences of words drawn by a generator seeded with it. A fake model's long reply
+    must not be one sentence over and over: Hermes 0.22 stops such a reply as a model caught in a
+    loop (its ``agent/repetition_guard.py``: "Response Stopped — Repetition Detected")."""
+    import random
+
+    rng = random.Random(seed)
+    parts: List[str] = []
+    size, n = 0, 0
+    while size < chars:
+        n += 1
+        sentence = f"Point {n} of answer {seed}: " + " ".join(rng.choice(_WORDS) for _ in range(9)) + ". "
+        parts.append(sentence)
+        size += len(sentence)
+    return "".join(parts)[:chars]
+
+
 class LoopbackChatServer:
     owner = "loopback"              # the models' owned_by and the completion ids
     default_model = "loopback"

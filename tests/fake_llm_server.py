@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any, Dict, List
 
-from observed_engine.loopback_llm import LoopbackChatServer, content_text
+from observed_engine.loopback_llm import LoopbackChatServer, content_text, prose
 
 SUMMARY_MARKER = "summarization agent"
 SUMMARY_TEXT = (
@@ -32,29 +32,10 @@ SUMMARY_TEXT = (
 )
 
 
-# Words of the varied replies (FakeLLMServer(varied=True)).
-_WORDS = ("context", "engine", "summary", "token", "window", "turn", "answer", "question", "budget",
-          "prompt", "message", "history", "cache", "prefix", "request", "reply", "model", "session",
-          "tool", "result", "note", "detail", "point", "topic", "state", "plan", "step", "check",
-          "value", "count", "limit", "range", "record", "signal", "trace", "metric", "store", "row")
-
-
 def varied_filler(turn: int, chars: int) -> str:
-    """``chars`` characters of prose that does not repeat itself: numbered sentences of words
-    drawn by a generator seeded with ``turn`` (the same text for the same turn, run after run).
-    Hermes 0.22's repetition guard (agent/repetition_guard.py) stops a reply made of one sentence
-    repeated, as a model caught in a loop, so the fixed filler cannot stand in for a model there."""
-    import random
-
-    rng = random.Random(turn)
-    parts: List[str] = []
-    size, n = 0, 0
-    while size < chars:
-        n += 1
-        sentence = f"Point {n} of answer {turn}: " + " ".join(rng.choice(_WORDS) for _ in range(9)) + ". "
-        parts.append(sentence)
-        size += len(sentence)
-    return "".join(parts)[:chars]
+    """The varied replies' text (``FakeLLMServer(varied=True)``): ``loopback_llm.prose``, which
+    Hermes 0.22's repetition guard lets through, unlike one sentence repeated."""
+    return prose(turn, chars)
 
 
 def _texts(body: Dict[str, Any]) -> List[str]:

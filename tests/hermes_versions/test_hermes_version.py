@@ -275,6 +275,30 @@ def test_drift_guard_sees_the_hooks_this_line_has():
         assert any("agent_init" in where for where in surface["clone_for_agent"]), surface["clone_for_agent"]
 
 
+def test_the_fake_models_replies_pass_this_hosts_repetition_guard():
+    """The demo's LLM and the test server answer like a model, not like a loop: 0.22 stops a reply
+    of one sentence repeated (the demo then made no compression at all). Hermes' own guard judges."""
+    guard = pytest.importorskip("agent.repetition_guard", reason="this Hermes has no repetition guard")
+    from observed_engine.demo import DemoLLM
+
+    demo = DemoLLM(reply_chars=40_000)
+    try:
+        replies = [demo.respond({"messages": [{"role": "user", "content": f"question {i}"}]})[0]["content"]
+                   for i in range(3)]
+    finally:
+        demo._httpd.server_close()
+    with FakeLLMServer(reply_chars=40_000, varied=True) as server:
+        replies += [server.respond({"messages": [{"role": "user", "content": "q"}]})[0]["content"]
+                    for _ in range(3)]
+    checks = [getattr(guard, name) for name in ("is_repetition_dominated", "is_runaway_repetition")
+              if hasattr(guard, name)]
+    assert checks
+    for reply in replies:
+        assert len(reply) == 40_000 and reply.startswith("Answer ")
+        assert not any(check(reply) for check in checks), reply[:200]
+    assert len(set(replies[:3])) == 3 and len(set(replies[3:])) == 3
+
+
 # -- the directory route: Hermes' plugins/context_engine/ ------------------------------------------
 
 @pytest.fixture(scope="class")
