@@ -70,8 +70,9 @@ Hermes calls its context engine. To start recording:
 2. **Install it** into your Hermes home: `observed-engine install`
 3. **See it work without a live agent:** `observed-engine demo` (or `bash scripts/demo.sh`) runs
    real Hermes agents against a local fake LLM through the engine. It writes its own store,
-   {demo}, and serves its own dashboard on it (http://127.0.0.1:8501); to read that store
-   here, start this dashboard with `--store` {demo} (or set `OBSERVED_STORE`).
+   {demo}, and serves its own dashboard on it (http://127.0.0.1:8501, or the next free port: it
+   prints the address); to read that store here, start this dashboard with `--store` {demo}
+   (or set `OBSERVED_STORE`).
 4. Run a Hermes turn. This page checks again every {refresh:g} s and fills in by itself.
 
 Reading another store? Set `OBSERVED_STORE=/path/to/telemetry.sqlite` (or pick it in the sidebar).
