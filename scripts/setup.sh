@@ -5,7 +5,8 @@
 #
 # --for test (the default; scripts/test.sh): the Debian packages the tests run (prometheus and
 #   prometheus-alertmanager for the alerting tests, chromium for the browser tests), a venv with
-#   the project and its test extras, tiktoken's encodings in the user's cache.
+#   the project and its test extras, tiktoken's encodings in the user's cache, a wheelhouse
+#   (.ci/state/wheelhouse) for the offline fresh-install test.
 # --for demo (scripts/demo.sh): only what the demo runs: a venv with the project and its demo extra
 #   (hermes-agent 0.19.0, the dashboard's Streamlit); no system packages (the demo keeps its token
 #   cache in its own directory).
@@ -98,5 +99,27 @@ if [ "$purpose" = test ]; then
     echo "setup: would write tiktoken's encodings to its cache"
   else
     "$VENV/bin/python" -c "from observed_engine.tokens import ensure_offline_encodings as e; print('setup: tiktoken cache', e())"
+  fi
+fi
+
+# -- a wheelhouse for tests/test_fresh_install.py: the package's build requirements and its
+# runtime dependencies as wheels, so that the test builds the package's wheel and installs it into
+# a fresh venv offline (--no-index). Built from the configured index once per pyproject.toml. --
+WHEELHOUSE="${OBSERVED_WHEELHOUSE:-$ROOT/.ci/state/wheelhouse}"
+if [ "$purpose" = test ] && { [ ! -f "$WHEELHOUSE/.complete" ] || [ "$ROOT/pyproject.toml" -nt "$WHEELHOUSE/.complete" ]; }; then
+  if [ "$dry_run" = 1 ]; then
+    echo "setup: would fill the wheelhouse $WHEELHOUSE"
+  else
+    echo "setup: filling the wheelhouse $WHEELHOUSE (the fresh-install test runs offline from it)"
+    rm -rf "$WHEELHOUSE"
+    mkdir -p "$WHEELHOUSE"
+    # pyproject's [build-system] requires and [project] dependencies (not the package itself:
+    # the test builds that from the checkout)
+    mapfile -t requirements < <("$VENV/bin/python" -c "import tomllib, sys
+p = tomllib.load(open(sys.argv[1], 'rb'))
+print('\n'.join(p['build-system']['requires'] + p['project']['dependencies']))" "$ROOT/pyproject.toml")
+    "$VENV/bin/python" -m pip wheel -q -w "$WHEELHOUSE" "${requirements[@]}" 2>&1 \
+      | { grep -v "is ignored: it is neither a file nor a directory" || true; }
+    touch "$WHEELHOUSE/.complete"
   fi
 fi

@@ -30,7 +30,8 @@ def dry_run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     for tool in ("dirname",):
         if not (bare / tool).exists():
             (bare / tool).symlink_to(f"/usr/bin/{tool}")
-    env = {"PATH": str(bare), "HOME": str(tmp_path), "OBSERVED_VENV": str(tmp_path / "fresh-venv")}
+    env = {"PATH": str(bare), "HOME": str(tmp_path), "OBSERVED_VENV": str(tmp_path / "fresh-venv"),
+           "OBSERVED_WHEELHOUSE": str(tmp_path / "wheelhouse")}
     return subprocess.run(["/bin/bash", str(SETUP), *args, "--dry-run"], env=env, capture_output=True,
                           text=True, timeout=60)
 
@@ -43,7 +44,7 @@ def test_the_demo_set_up_installs_only_what_the_demo_runs(tmp_path):
     assert not [p for p in TEST_ONLY_PACKAGES if p in out], out
     assert f"setup: would create {tmp_path / 'fresh-venv'}" in out
     assert f"would pip install -e '{REPO}[demo]'" in out
-    assert "[test]" not in out and "tiktoken" not in out
+    assert "[test]" not in out and "tiktoken" not in out and "wheelhouse" not in out
     assert not (tmp_path / "fresh-venv").exists()
 
 
@@ -53,6 +54,7 @@ def test_the_test_set_up_installs_what_the_tests_run(tmp_path):
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert f"setup: would install Debian packages: {' '.join(TEST_ONLY_PACKAGES)}" in proc.stdout
         assert f"would pip install -e '{REPO}[test]'" in proc.stdout
+        assert f"would fill the wheelhouse {tmp_path / 'wheelhouse'}" in proc.stdout
     assert not (tmp_path / "fresh-venv").exists()
 
 
