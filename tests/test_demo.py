@@ -301,7 +301,8 @@ def demo_beside_another_dashboard(tmp_path_factory):
         found = wait_for(log, proc, r"demo: dashboard on http://127\.0\.0\.1:(\d+) ")
         port = int(found.group(1))
         seen = {"port": port, "health": _health(port), "listeners": listeners(proc.pid, port),
-                "demo_pid": proc.pid, "default_still_other": _health(DEFAULT_PORT) == "ok"}
+                "demo_pid": proc.pid, "default_still_other": _health(DEFAULT_PORT) == "ok",
+                "held_here": holder is not None}
         time.sleep(1.0)
         os.kill(proc.pid, signal.SIGTERM)
         seen["rc"] = proc.wait(30)
@@ -326,7 +327,8 @@ def test_a_taken_default_port_gives_way_and_the_printed_address_is_the_demos(dem
     # what answers at the printed address is the demo's own Streamlit, not the other server
     assert seen["health"] == "ok"
     assert seen["listeners"] and all(pid != seen["demo_pid"] for pid, _ in seen["listeners"]), seen
-    assert seen["default_still_other"]
+    if seen["held_here"]:           # else another program holds 8501, and may let it go meanwhile
+        assert seen["default_still_other"]
 
 
 def test_the_dashboard_listens_on_loopback_only_by_default(demo_beside_another_dashboard):
