@@ -37,6 +37,7 @@ import importlib.util
 import math
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -596,15 +597,56 @@ def last_line(log: Optional[Path]) -> str:
     return next((ln for ln in reversed(lines) if ln), "")[:300]
 
 
+def listens(pid: int, port: int) -> Optional[bool]:
+    """Process *pid* holds a socket listening on TCP *port*: its listening sockets of that port in
+    ``/proc/PID/net/tcp{,6}`` against the socket inodes of its ``/proc/PID/fd``. None where /proc
+    cannot say (not Linux)."""
+    inodes = set()
+    try:
+        for table in ("tcp", "tcp6"):
+            try:
+                rows = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+            except FileNotFoundError:
+                continue
+            for row in rows:
+                fields = row.split()
+                if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except (OSError, ValueError):
+        return None
+    for fd in fds:
+        try:
+            if os.readlink(f"/proc/{pid}/fd/{fd}") in inodes:
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _log_says_it_serves(log: Optional[Path], port: int) -> bool:
+    """Streamlit's own line once it listens: ``URL: http://127.0.0.1:8501``."""
+    try:
+        return re.search(rf"URL: https?://\S+:{port}\b", log.read_text(encoding="utf-8", errors="replace")) is not None
+    except (OSError, AttributeError):
+        return False
+
+
 def wait_until_serving(proc: subprocess.Popen, host: str, port: int, *, log: Optional[Path] = None,
                        timeout: float = 90.0, stop: Optional[threading.Event] = None) -> Optional[str]:
-    """Wait until the dashboard child answers ``/_stcore/health`` on host:port while it runs: None
-    then; else why not, in a few words (its exit code and the last line of its log)."""
+    """Wait until the dashboard child answers ``/_stcore/health`` on host:port, and the server that
+    answers is the child's own (it listens there: /proc, or else its log says so; another program
+    may have taken the port between the check and the child's bind, and the child is still starting
+    when that one answers): None then; else why not, in a few words (its exit code and the last
+    line of its log)."""
     deadline = time.monotonic() + timeout
     while True:
         code = proc.poll()
-        if code is None and health(host, port) == "ok" and proc.poll() is None:
-            return None
+        if code is None and health(host, port) == "ok":
+            mine = listens(proc.pid, port)
+            if (mine or (mine is None and _log_says_it_serves(log, port))) and proc.poll() is None:
+                return None
+            code = proc.poll()
         if code is not None:
             why = last_line(log)
             return f"Streamlit exited with code {code}" + (f" ({why})" if why else "")
