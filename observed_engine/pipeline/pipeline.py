@@ -428,9 +428,14 @@ def static_state(engine) -> tuple:
 
 
 def _class_or_backing(engine, name: str):
-    """A plain class attribute, or the instance field behind a property (Hermes 0.20+'s built-in)."""
+    """A plain class attribute, or the instance field behind a property (Hermes 0.20+'s built-in);
+    a property with no known backing field stays the descriptor (unreadable: the engine is left
+    out of the gauges, not shown as 0)."""
     value = static_class_value(type(engine), name)
-    return backing_value(engine, name) if isinstance(value, property) else value
+    if isinstance(value, property):
+        backing = backing_value(engine, name)
+        return value if backing is MISSING else backing
+    return value
 
 
 def _as_int(value) -> int:
