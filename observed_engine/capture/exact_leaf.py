@@ -13,7 +13,6 @@ from __future__ import annotations
 import inspect
 import itertools
 import linecache
-import operator
 import types
 from time import perf_counter_ns
 from typing import Any, Dict
@@ -49,7 +48,15 @@ def {name}({params}):{check}
 
 # state_reads.read_state, inlined (a call would cost a third of what it reads). When the
 # engine the class was generated for holds all three numbers in its instance dict (the
-# built-in does), one itemgetter call reads them; an instance that lacks one falls back.
+# built-in does), they are read as the instance's attributes, three specialised attribute reads
+# (about 640 instructions fewer than fetching ``self.__dict__`` and looking the names up in it;
+# benchmarks/hook_instructions.py), but only where that reads exactly what the instance dict
+# holds: the class (the whole MRO) overrides neither __getattribute__ nor __getattr__ and holds
+# no descriptor of those names (``_reads_state_as_attributes``), so an attribute read finds the
+# instance dict's value, or else the class's plain value, which is what the worker fills in for a
+# value the instance lacks (worker/state.py). Otherwise the dict is read: three subscripts, or
+# ``get`` with MISSING when the instance did not hold all three. An instance that lacks one raises
+# (AttributeError, KeyError) and falls back to read_state.
 # ``self.__dict__`` is read directly only when no class in the MRO overrides
 # __getattribute__ (that would be engine code the host did not call).
 _INLINE_READ_STATE = """
@@ -57,7 +64,8 @@ _INLINE_READ_STATE = """
             _oe_state = {read}
         except _oe_exception:
             _oe_state = _oe_read_state({self})"""
-_READ_BY_ITEMGETTER = "_oe_get_state({dict})"
+_READ_BY_ATTRIBUTES = ", ".join("{self}." + f for f in STATE_FIELDS)
+_READ_BY_SUBSCRIPTS = "(_oe_d := {dict})[" + "], _oe_d[".join(repr(f) for f in STATE_FIELDS) + "]"
 _READ_BY_GETS = ('(_oe_d := {dict}).get("last_prompt_tokens", _oe_missing), '
                  '_oe_d.get("threshold_tokens", _oe_missing), _oe_d.get("context_length", _oe_missing)')
 
@@ -120,7 +128,7 @@ def make_exact_leaf_hook(spec, idx, original, pipeline, cls, state_in_instance, 
         _oe_queue=recorder.queue, _oe_append=recorder.queue.append, _oe_cap=recorder.capacity,
         _oe_dropped=recorder.note_dropped, _oe_get_context=get_current_context, _oe_no_keywords=_NO_KEYWORDS,
         _oe_dict_of=object.__getattribute__, _oe_missing=MISSING,
-        _oe_read_state=read_state, _oe_get_state=operator.itemgetter(*STATE_FIELDS),
+        _oe_read_state=read_state,
         # builtins under reserved names: a parameter may be called `len` or `Exception`
         _oe_len=len, _oe_any_exception=BaseException, _oe_exception=Exception,
     )
@@ -150,9 +158,32 @@ _generated_count = itertools.count(1)
 
 
 def _inline_read_state(cls, self_name, state_in_instance) -> str:
+    if state_in_instance and _reads_state_as_attributes(cls):
+        return _INLINE_READ_STATE.format(read=_READ_BY_ATTRIBUTES.format(self=self_name), self=self_name)
     if cls.__getattribute__ is object.__getattribute__:
         instance_dict = f"{self_name}.__dict__"
     else:
         instance_dict = f'_oe_dict_of({self_name}, "__dict__")'
-    read = (_READ_BY_ITEMGETTER if state_in_instance else _READ_BY_GETS).format(dict=instance_dict)
+    read = (_READ_BY_SUBSCRIPTS if state_in_instance else _READ_BY_GETS).format(dict=instance_dict)
     return _INLINE_READ_STATE.format(read=read, self=self_name)
+
+
+_ABSENT = object()
+
+
+def _reads_state_as_attributes(cls) -> bool:
+    """Does ``engine.<field>`` read what ``engine.__dict__[field]`` holds, for each STATE_FIELDS
+    name, running no engine code: no __getattribute__ or __getattr__ of the engine's own, and no
+    descriptor of that name anywhere in the MRO (a plain class value is shadowed by the instance's)."""
+    try:
+        if cls.__getattribute__ is not object.__getattribute__:
+            return False
+        if inspect.getattr_static(cls, "__getattr__", _ABSENT) is not _ABSENT:
+            return False
+        for name in STATE_FIELDS:
+            value = inspect.getattr_static(cls, name, _ABSENT)
+            if value is not _ABSENT and hasattr(type(value), "__get__"):
+                return False
+    except Exception:
+        return False
+    return True
