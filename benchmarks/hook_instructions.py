@@ -23,7 +23,6 @@ calls, per call; what is left is the interpreter running the hook's own bytecode
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import subprocess

@@ -27,7 +27,6 @@ from ..contract.events import DEADLINE_EXCEEDED, ENGINE_META_ATTRIBUTE, PUBLISH_
 from ..contract.identifiers import identifier
 from ..contract.vocabulary import BLOCKED_REASONS, DROP_EVENT, DROP_SPAN, DROP_STORE_ROW
 from ..settings import Settings
-from ..store import StoreWriter
 from ..capture.state_reads import read_state
 from ..contract.events import MISSING, STATE_FIELDS
 from ..worker import EventProcessor
@@ -35,7 +34,9 @@ from ..worker.state import backing_value, blocked_reasons, static_class_value
 from .exporters import build_providers
 from .providers import BuiltProviders
 from .instruments import Instruments
+from . import stores
 from .recorder import Recorder
+from .stores import StoreClient
 from .watchdog import CompressionWatchdog
 
 logger = logging.getLogger("observed_engine")
@@ -82,7 +83,7 @@ class Pipeline:
         self.compress_timeout = float(compress_timeout)
         self.watchdog = CompressionWatchdog(self.compress_timeout, self._on_deadline, self.count_error)
         self.store_path = store_path
-        self.store: Optional[StoreWriter] = None
+        self.store: Optional[StoreClient] = None
         if settings.enabled and settings.store.enabled and store_path is not None:
             self.store = self._new_store()
         self.instruments = Instruments(self.meter, {
@@ -97,13 +98,16 @@ class Pipeline:
         })
         self.processor = EventProcessor(self)
         # enabled: false starts nothing: no hook is overridden, so no event ever comes
+        # pipelines that write one store file share its writer (stores.py) and one worker thread
         self.recorder = Recorder(
             self.processor.process_batch, capacity=settings.queue_size, enabled=settings.enabled,
             on_drop=lambda n: self.count_drop("event", n),
+            share_key=self.store.writer.path if self.store is not None else None,
         )
 
-    def _new_store(self) -> StoreWriter:
-        return StoreWriter(
+    def _new_store(self) -> StoreClient:
+        """This pipeline attached to the process's one writer of its store file (``stores.py``)."""
+        return stores.attach(
             self.store_path, retention_days=self.settings.store.retention_days,
             max_queue=self.settings.queue_size, on_error=lambda c, _e: self.count_error(c),
             on_drop=lambda n: self.count_drop("store_row", n),
@@ -356,7 +360,7 @@ class Pipeline:
                      and type(item[0]) is int)
         rows = 0
         if self.store is not None:     # handed to the writer, neither written nor already counted as dropped
-            rows = max(0, self.processor.rows_submitted - self.store.rows_written - self.store.rows_dropped)
+            rows = self.store.undelivered()
         spans = 0
         for processor in self.built.span_processors:
             spans += len(getattr(processor, "_bsp_queue", None) or ())

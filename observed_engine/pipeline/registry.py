@@ -5,7 +5,8 @@ pass none; tests and embedders may make their own. A pipeline is keyed by what i
 process-wide about it: the providers passed in, the ``observed:`` settings without
 the per-engine keys (``inner``, ``name``), the store path and the compress deadline.
 Two engines that differ only in name share one pipeline (one store writer thread
-per file; every pipeline serves on the process's one Prometheus endpoint per address,
+per file, shared with the other pipelines that write the file, ``stores.py``, as is the worker
+thread; every pipeline serves on the process's one Prometheus endpoint per address,
 ``prometheus.py``). The first pipeline made registers one atexit handler that flushes
 and stops every registry's pipelines within one deadline.
 

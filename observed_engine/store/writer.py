@@ -82,6 +82,7 @@ class StoreWriter:
         self._statements = Statements()
         self.rows_written = 0
         self.rows_dropped = 0
+        self.rows_offered = 0              # rows given to submit (undelivered = offered - written - dropped)
         # the last batch failed (locked, read-only, full, unreachable directory) and is held for a retry:
         # a caller with a budget (Pipeline.deliver) does not wait for a write that is not going to happen
         self.failing = False
@@ -131,35 +132,54 @@ class StoreWriter:
             except Exception:
                 pass
 
-    def _count_dropped(self, n: int) -> None:
+    def _count_dropped(self, n: int, on_drop: Optional[Callable[[int], None]] = None) -> None:
         with self._count_lock:
             self.rows_dropped += n
-        if self._on_drop:
+        on_drop = on_drop or self._on_drop
+        if on_drop:
             try:
-                self._on_drop(n)
+                on_drop(n)
             except Exception:
                 pass
 
-    def submit(self, rows: Iterable[tuple]) -> None:
+    def submit(self, rows: Iterable[tuple], on_drop: Optional[Callable[[int], None]] = None) -> None:
+        """Queue ``rows``. Rows beyond ``max_queue`` are dropped and counted: in ``rows_dropped`` and
+        through ``on_drop`` when given (the submitting pipeline of a shared writer), else the
+        writer's own ``on_drop``."""
         try:
             if self.refused is not None:            # nothing will ever be written: count, keep nothing
                 rows = rows if isinstance(rows, (list, tuple)) else list(rows)
                 if rows:
-                    self._count_dropped(len(rows))
+                    self.rows_offered += len(rows)
+                    self._count_dropped(len(rows), on_drop)
                 return
             q = self._queue
-            dropped = 0
+            dropped = accepted = 0
             for row in rows:
                 if len(q) >= self.max_queue:
                     dropped += 1
                     continue
                 q.append(row)
+                accepted += 1
+            self.rows_offered += accepted + dropped
             if dropped:
-                self._count_dropped(dropped)
+                self._count_dropped(dropped, on_drop)
             if not self._stop and not self._thread_running():
                 self._start_thread()
         except Exception as exc:           # never into the caller
             self._error("submit", exc)
+
+    def reconfigure(self, *, retention_days: Optional[float] = None, max_queue: Optional[int] = None) -> None:
+        """Take a newer configuration's retention and queue bound (a shared writer follows the
+        pipeline most recently attached to it: the operator's latest ``observed:`` section)."""
+        if retention_days is not None:
+            self.retention_days = self._retention.days = retention_days
+        if max_queue is not None:
+            self.max_queue = max_queue
+
+    def undelivered(self) -> int:
+        """Rows submitted and neither written nor counted as dropped (queued, or in a batch under way)."""
+        return max(0, self.rows_offered - self.rows_written - self.rows_dropped)
 
     def flush(self, timeout: float = 5.0) -> bool:
         """Wait until everything submitted so far is committed (or failed)."""
