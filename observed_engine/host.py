@@ -84,11 +84,12 @@ def compressor_arguments(cls: type, arguments: Mapping[str, Any]) -> Dict[str, A
     return {name: value for name, value in arguments.items() if name in accepted}
 
 
-def building_agent_quiet_mode() -> Optional[bool]:
-    """``quiet_mode`` of the ``run_agent.AIAgent`` being constructed on this thread's stack
-    (the host loads its context engine while it builds the agent, and builds its own
-    compressor with ``quiet_mode=agent.quiet_mode``), or None when no agent is being built
-    (a plugin scan at start-up, ``observed-engine doctor``)."""
+def building_agent() -> Optional[object]:
+    """The ``run_agent.AIAgent`` whose constructor is on this thread's stack, or None when no
+    agent is being built (a plugin scan at start-up, ``observed-engine doctor``). The host loads
+    its context engine while it builds the agent; by then the agent holds what the host hands its
+    own built-in (model, route, ``max_tokens``, the configured window, ``custom_providers``).
+    The caller reads it there and then and keeps no reference."""
     try:
         frame = sys._getframe(1)
     except Exception:
@@ -108,13 +109,19 @@ def building_agent_quiet_mode() -> Optional[bool]:
             for name in ("agent", "self"):
                 candidate = local_vars.get(name)
                 if candidate is not None and _is_aiagent(candidate):
-                    quiet = getattr(candidate, "quiet_mode", None)
-                    if isinstance(quiet, bool):
-                        return quiet
+                    return candidate
         except Exception:
             pass
         frame = frame.f_back
     return None
+
+
+def building_agent_quiet_mode() -> Optional[bool]:
+    """``quiet_mode`` of the ``run_agent.AIAgent`` being constructed on this thread's stack
+    (the host builds its own compressor with ``quiet_mode=agent.quiet_mode``), or None when no
+    agent is being built or it has none."""
+    quiet = getattr(building_agent(), "quiet_mode", None)
+    return quiet if isinstance(quiet, bool) else None
 
 
 def _is_aiagent(obj: object) -> bool:
@@ -122,27 +129,198 @@ def _is_aiagent(obj: object) -> bool:
 
 
 def compression_threshold(threshold: float, model: str, provider: str, compression: Mapping[str, Any]) -> float:
-    """The threshold with the host's per-model raise applied (Codex gpt-5.x ...), as the host
-    applies it when it builds its own compressor; ``threshold`` unchanged where this Hermes
-    has no such rule."""
+    """The threshold with the host's per-model override applied (Arcee Trinity, the Codex
+    gpt-5.x raises), as the host applies it when it builds its own compressor: through
+    ``agent_init._resolve_compression_threshold`` where this Hermes has it (0.18+: a Codex raise
+    never lowers a higher threshold), else the override replaces the threshold whenever
+    ``_compression_threshold_for_model`` gives one (0.16, 0.17). ``threshold`` unchanged where
+    this Hermes has no such rule."""
     try:
-        from agent.agent_init import _resolve_compression_threshold
-        from agent.auxiliary_client import (
-            _compression_threshold_for_model, _is_codex_gpt54_or_gpt55, _is_codex_spark,
-        )
+        from agent.auxiliary_client import _compression_threshold_for_model
+    except Exception as exc:
+        logger.debug("observed: per-model compression threshold not applied: %s", exc)
+        return threshold
+    try:
+        keywords = inspect.signature(_compression_threshold_for_model).parameters
+        args: list = [model]
+        kwargs: Dict[str, Any] = {}
+        if "provider" in keywords:
+            args.append(provider)
+        if "allow_codex_gpt55_autoraise" in keywords:
+            kwargs["allow_codex_gpt55_autoraise"] = legacy_flag(compression, "codex_gpt55_autoraise", True)
+        override = _compression_threshold_for_model(*args, **kwargs)
+        try:
+            from agent.agent_init import _resolve_compression_threshold
+        except ImportError:
+            return threshold if override is None else override
+        from agent.auxiliary_client import _is_codex_gpt54_or_gpt55, _is_codex_spark
+
         raised, _notice = _resolve_compression_threshold(
-            threshold,
-            _compression_threshold_for_model(
-                model, provider,
-                allow_codex_gpt55_autoraise=truthy(compression.get("codex_gpt55_autoraise"), True),
-            ),
-            model=model,
+            threshold, override, model=model,
             is_codex_autoraise=(_is_codex_gpt54_or_gpt55(model, provider) or _is_codex_spark(model, provider)),
         )
         return raised
     except Exception as exc:
         logger.debug("observed: per-model compression threshold not applied: %s", exc)
         return threshold
+
+
+def legacy_flag(section: Mapping[str, Any], key: str, default: bool) -> bool:
+    """A ``compression.*`` flag read the host's way: ``str(value).lower()`` in true/1/yes (an
+    explicit null, "on", " yes" are false), the default when the key is missing."""
+    return str(section.get(key, default)).lower() in {"true", "1", "yes"}
+
+
+def host_compression_settings(config: Mapping[str, Any], *, model: str, provider: str,
+                              api_mode: str) -> Optional[Dict[str, Any]]:
+    """The host's own reading of ``compression.*`` as ``ContextCompressor`` keywords, where this
+    Hermes has one that needs no agent (0.22: ``agent_init._parse_compression_config``, given a
+    stand-in carrying the runtime it reads: ``model``, ``provider``, ``api_mode``), mapped as its
+    ``_build_context_engine`` maps them; None where it has none, or it raised (logged at debug).
+    The threshold comes with the host's per-model raise applied."""
+    try:
+        from agent.agent_init import _parse_compression_config
+    except Exception:
+        return None
+    from types import SimpleNamespace
+
+    stand_in = SimpleNamespace(model=model, provider=provider, api_mode=api_mode)
+    try:
+        settings = _parse_compression_config(stand_in, dict(config))
+    except Exception as exc:
+        logger.debug("observed: the host's compression settings could not be read: %s", exc)
+        return None
+    return {keyword: getattr(settings, field) for field, keyword in _SETTINGS_KEYWORDS.items()
+            if hasattr(settings, field)}
+
+
+# CompressionSettings field -> ContextCompressor keyword (0.22 agent_init._build_context_engine)
+_SETTINGS_KEYWORDS = {
+    "threshold": "threshold_percent", "protect_first": "protect_first_n", "protect_last": "protect_last_n",
+    "target_ratio": "summary_target_ratio", "abort_on_summary_failure": "abort_on_summary_failure",
+    "model_thresholds": "model_thresholds", "threshold_tokens": "threshold_tokens_cap",
+    "proactive_prune_tokens": "proactive_prune_tokens",
+    "proactive_prune_min_chars": "proactive_prune_min_result_chars",
+    "proactive_prune_min_reclaim": "proactive_prune_min_reclaim_tokens",
+    "min_tail_users": "min_tail_user_messages", "tail_mode": "tail_mode",
+}
+
+
+def compressor_defaults(cls: type) -> Dict[str, Any]:
+    """The keyword defaults of ``cls.__init__`` (``tail_mode`` is ``"legacy"`` on 0.20, ``"lean"``
+    on 0.22); {} when the signature cannot be read."""
+    try:
+        params = inspect.signature(cls).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {name: p.default for name, p in params.items() if p.default is not inspect.Parameter.empty}
+
+
+def compressor_resolves_window_lazily(cls: type) -> bool:
+    """Whether ``cls`` resolves its window on first read (0.20+: ``context_length`` is a
+    property over ``_resolved_context_length``) rather than in its constructor (0.16-0.19, which
+    look the model up over the network when given no window)."""
+    return isinstance(inspect.getattr_static(cls, "context_length", None), property)
+
+
+def agent_compressor_inputs(building: object) -> Dict[str, Any]:
+    """What the host hands its own ``ContextCompressor`` from the agent it is building, read off
+    that agent: ``model``, ``provider``, ``base_url``, ``api_key``, ``api_mode``, ``quiet_mode``,
+    ``max_tokens`` (0.22: ``agent_init._compressor_max_tokens``, the native-Gemini output default
+    when unset), ``config_context_length`` (the agent's ``_config_context_length``; 0.20+ pass it
+    through ``_effective_lmstudio_context_length``, whose LM Studio runtime answer is not known
+    here), ``custom_providers`` and ``minimum_context_length`` (0.22's tool-context floor). Only
+    what the agent holds."""
+    out: Dict[str, Any] = {}
+    for name in ("model", "provider", "base_url", "api_key", "api_mode"):
+        if hasattr(building, name):
+            out[name] = getattr(building, name)
+    quiet = getattr(building, "quiet_mode", None)
+    if isinstance(quiet, bool):
+        out["quiet_mode"] = quiet
+    if hasattr(building, "max_tokens"):
+        try:
+            from agent.agent_init import _compressor_max_tokens
+        except ImportError:
+            out["max_tokens"] = building.max_tokens
+        else:
+            try:
+                out["max_tokens"] = _compressor_max_tokens(building)
+            except Exception:
+                out["max_tokens"] = building.max_tokens
+    if hasattr(building, "_config_context_length"):
+        window = building._config_context_length
+        effective = getattr(type(building), "_effective_lmstudio_context_length", None)
+        if callable(effective):
+            try:
+                window = effective(window, None)
+            except Exception:
+                pass
+        out["config_context_length"] = window
+    if hasattr(building, "_custom_providers"):
+        out["custom_providers"] = building._custom_providers
+    out["minimum_context_length"] = getattr(building, "_minimum_tool_context_length", None)
+    return out
+
+
+def compressor_max_tokens(max_tokens: Optional[int], provider: str, base_url: str) -> Optional[int]:
+    """Without an agent: the output reservation the host would give its built-in for these,
+    ``agent_init._compressor_max_tokens`` where this Hermes has it (0.22), else ``max_tokens``."""
+    try:
+        from agent.agent_init import _compressor_max_tokens
+    except ImportError:
+        return max_tokens
+    from types import SimpleNamespace
+
+    try:
+        return _compressor_max_tokens(SimpleNamespace(max_tokens=max_tokens, provider=provider, base_url=base_url))
+    except Exception:
+        return max_tokens
+
+
+def custom_providers(config: Mapping[str, Any]) -> list:
+    """``custom_providers`` as the host resolves them (``hermes_cli.config.get_compatible_custom_providers``),
+    else the config's own list; [] without any."""
+    try:
+        from hermes_cli.config import get_compatible_custom_providers
+
+        resolved = get_compatible_custom_providers(dict(config))
+        return resolved if isinstance(resolved, list) else []
+    except Exception:
+        raw = config.get("custom_providers") if isinstance(config, Mapping) else None
+        return raw if isinstance(raw, list) else []
+
+
+def custom_provider_context_length(model: str, base_url: str, providers: list) -> Optional[int]:
+    """The per-model ``context_length`` of the custom provider serving ``base_url``, as the host
+    reads it (``hermes_cli.config.get_custom_provider_context_length``); None without one."""
+    if not providers:
+        return None
+    try:
+        from hermes_cli.config import get_custom_provider_context_length
+
+        value = get_custom_provider_context_length(model=model, base_url=base_url, custom_providers=providers)
+        return int(value) if value else None
+    except Exception:
+        return None
+
+
+def minimum_tool_context_length(config: Mapping[str, Any]) -> Optional[int]:
+    """Without an agent: the tool-context floor the host gives an agent built from ``config``
+    (``agent.minimum_tool_context_length`` through ``model_metadata.get_minimum_tool_context_length``,
+    0.22); None where this Hermes has none."""
+    try:
+        from agent.model_metadata import get_minimum_tool_context_length
+    except Exception:
+        return None
+    from types import SimpleNamespace
+
+    section = config.get("agent") if isinstance(config, Mapping) else None
+    value = section.get("minimum_tool_context_length") if isinstance(section, Mapping) else None
+    try:
+        return get_minimum_tool_context_length(SimpleNamespace(_minimum_tool_context_length=value))
+    except Exception:
+        return None
 
 
 def truthy(value: Any, default: bool = False) -> bool:

@@ -35,15 +35,13 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .. import host
 from ..contract.hooks import OPTIONAL_HOOKS
+from .builtin import PLACEHOLDER_CONTEXT_LENGTH, build_compressor  # noqa: F401  (re-exported)
 
 logger = logging.getLogger("observed_engine.hermes_plugin")
 
 PLUGIN_NAME = "observed"
 DEFAULT_INNER = "compressor"
 ENTRY_POINTS_GROUP = host.ENTRY_POINTS_GROUP
-# A positive window so the built-in compressor does no network lookup at
-# construction; the host's update_model() sets the real one right after.
-PLACEHOLDER_CONTEXT_LENGTH = 128_000
 
 _state = threading.local()
 
@@ -216,108 +214,9 @@ def validate_section(raw: Any) -> Optional[str]:
     return None
 
 
-def _model_section(config: Mapping[str, Any]) -> Dict[str, Any]:
-    model = config.get("model")
-    if isinstance(model, str):
-        return {"default": model}
-    return dict(model) if isinstance(model, Mapping) else {}
-
-
-def _positive_int(value: Any) -> Optional[int]:
-    if value is None or isinstance(value, bool):
-        return None
-    try:
-        parsed = int(value)
-    except (TypeError, ValueError):
-        return None
-    return parsed if parsed > 0 else None
-
-
 # ---------------------------------------------------------------------------
-# Inner engines
+# Inner engines (the built-in: plugin/builtin.py)
 # ---------------------------------------------------------------------------
-
-def build_compressor(config: Mapping[str, Any], *, quiet_mode: Optional[bool] = None):
-    """The built-in ``ContextCompressor``, configured from ``compression.*`` and
-    ``model.*`` as the host configures it (``auxiliary.compression.*`` is read by
-    Hermes' ``call_llm(task="compression")`` at summary time, as for the bare
-    compressor). No network lookup: the window is ``model.context_length`` or a
-    placeholder until the host's ``update_model()``.
-
-    Only the arguments the installed Hermes' constructor takes are passed (0.16/0.17 have
-    no ``max_tokens``). ``quiet_mode`` None: the agent's own, as the host builds its
-    compressor (``quiet_mode=agent.quiet_mode``) when an agent is being built, else quiet
-    (every Hermes surface but a verbose CLI builds its agents quiet)."""
-    if quiet_mode is None:
-        quiet_mode = host.building_agent_quiet_mode()
-        if quiet_mode is None:
-            quiet_mode = True
-    ContextCompressor = host.context_compressor_class()
-
-    compression = config.get("compression") if isinstance(config, Mapping) else None
-    compression = compression if isinstance(compression, Mapping) else {}
-    model_cfg = _model_section(config)
-    model = str(model_cfg.get("default") or model_cfg.get("model") or "")
-    provider = str(model_cfg.get("provider") or "")
-    base_url = str(model_cfg.get("base_url") or "")
-    api_mode = str(model_cfg.get("api_mode") or "")
-
-    def _float(key: str, default: float) -> float:
-        try:
-            return float(compression.get(key, default))
-        except (TypeError, ValueError):
-            logger.warning("observed: compression.%s=%r is not a number; using %s",
-                           key, compression.get(key), default)
-            return default
-
-    def _int(key: str, default: int) -> int:
-        try:
-            return int(compression.get(key, default))
-        except (TypeError, ValueError):
-            logger.warning("observed: compression.%s=%r is not a whole number; using %s",
-                           key, compression.get(key), default)
-            return default
-
-    def _prune_int(key: str, default: int) -> int:
-        # Hermes 0.20+'s own reading of the proactive-prune keys: integers, integral floats and
-        # numeric strings; booleans, fractions and anything else are the default
-        raw = compression.get(key, default)
-        if isinstance(raw, bool):
-            return default
-        if isinstance(raw, int):
-            return raw
-        if isinstance(raw, float):
-            return int(raw) if raw.is_integer() else default
-        try:
-            return int(str(raw).strip())
-        except (TypeError, ValueError):
-            return default
-
-    # Per-model raise (Codex gpt-5.x, ...) exactly as the host applies it.
-    threshold = host.compression_threshold(_float("threshold", 0.50), model, provider, compression)
-
-    context_length = _positive_int(model_cfg.get("context_length")) or PLACEHOLDER_CONTEXT_LENGTH
-    return ContextCompressor(**host.compressor_arguments(ContextCompressor, dict(
-        model=model,
-        threshold_percent=threshold,
-        protect_first_n=max(0, _int("protect_first_n", 3)),
-        protect_last_n=_int("protect_last_n", 20),
-        summary_target_ratio=_float("target_ratio", 0.20),
-        summary_model_override=None,
-        quiet_mode=quiet_mode,
-        base_url=base_url,
-        api_key="",
-        config_context_length=context_length,
-        provider=provider,
-        api_mode=api_mode,
-        abort_on_summary_failure=host.truthy(compression.get("abort_on_summary_failure"), False),
-        max_tokens=_positive_int(model_cfg.get("max_tokens")),
-        # Hermes 0.20+: the cheap tool-result prune (prune_tool_results_only), off unless configured
-        proactive_prune_tokens=max(0, _prune_int("proactive_prune_tokens", 0)),
-        proactive_prune_min_result_chars=_prune_int("proactive_prune_min_result_chars", 8000),
-        proactive_prune_min_reclaim_tokens=max(0, _prune_int("proactive_prune_min_reclaim_tokens", 4096)),
-    )))
-
 
 def build_inner(name: str, config: Mapping[str, Any]) -> Tuple[Any, str]:
     """Build the engine *name*; returns ``(engine, route)`` or raises InnerEngineError.
