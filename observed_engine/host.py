@@ -367,6 +367,47 @@ def load_config(*, log_errors: bool = True) -> Dict[str, Any]:
         return {}
 
 
+class untouched_home:
+    """While open, Hermes' config loader does not create its home skeleton (``SOUL.md``,
+    ``cron/``, ``logs/``, ``sessions/`` ...; ``hermes_cli.config.ensure_hermes_home``) in
+    *home*: the ``observed-engine`` commands read a home with Hermes' own loaders and must
+    leave it as they found it, apart from the files they exist to write. Other homes (a
+    compare replay's temporary one) are created as usual. No-op without Hermes."""
+
+    def __init__(self, home: os.PathLike | str) -> None:
+        self.home = str(home)
+        self._module = self._original = None
+
+    def __enter__(self) -> "untouched_home":
+        try:
+            import hermes_cli.config as module
+            from hermes_constants import get_hermes_home
+        except Exception:
+            return self
+        original = getattr(module, "ensure_hermes_home", None)
+        if not callable(original):
+            return self
+        kept = self.home
+
+        def ensure_hermes_home(*args, **kwargs):
+            try:
+                if str(get_hermes_home()) == kept:
+                    return None
+            except Exception:
+                pass
+            return original(*args, **kwargs)
+
+        self._module, self._original = module, original
+        module.ensure_hermes_home = ensure_hermes_home
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if self._module is not None:
+            self._module.ensure_hermes_home = self._original
+            self._module = self._original = None
+        return False
+
+
 def host_compress_timeout(config: Optional[Mapping[str, Any]]) -> Optional[float]:
     """``compression.context_timeout_seconds`` when it is a positive number, else None."""
     try:
@@ -580,6 +621,31 @@ def supports_user_engines() -> bool:
     except Exception:
         return False
     return hasattr(pce, "find_engine_dir") or hasattr(pce, "_iter_engine_dirs")
+
+
+def directory_engine_names() -> list:
+    """The engines Hermes' directory loader can find by name, without importing any: the
+    ``plugins/context_engine/<name>/`` directories with an ``__init__.py`` (and, where this
+    Hermes has them, its user-installed engine directories). Empty without Hermes."""
+    try:
+        import plugins.context_engine as pce
+    except Exception:
+        return []
+    names = set()
+    iterate = getattr(pce, "_iter_engine_dirs", None)
+    if callable(iterate):
+        try:
+            names.update(name for name, path in iterate() if (Path(path) / "__init__.py").is_file())
+        except Exception:
+            pass
+    base = getattr(pce, "_CONTEXT_ENGINE_PLUGINS_DIR", None)
+    try:
+        for child in Path(base).iterdir() if base is not None else ():
+            if not child.name.startswith(("_", ".")) and (child / "__init__.py").is_file():
+                names.add(child.name)
+    except (OSError, TypeError):
+        pass
+    return sorted(names)
 
 
 def entry_points():
