@@ -204,8 +204,9 @@ def test_real_start_on_loopback(tmp_path):
             proc.wait(10)
 
 
-def test_exit_code_is_streamlit_s(tmp_path):
-    """A port already taken: Streamlit says so and exits 1, and so does the command."""
+def test_busy_port_is_one_line_before_streamlit(tmp_path):
+    """A port already taken: said on one line and exit code 2 before Streamlit starts (it used
+    to be Streamlit's own message and exit 1, after its start-up)."""
     home = tmp_path / "home"
     home.mkdir()
     with socket.socket() as busy:
@@ -214,8 +215,10 @@ def test_exit_code_is_streamlit_s(tmp_path):
         port = busy.getsockname()[1]
         proc = subprocess.run([sys.executable, "-m", "observed_engine", "dashboard", "--port", str(port)],
                               cwd=tmp_path, env=dashboard_env(home), capture_output=True, text=True, timeout=60)
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert f"Port {port} is not available" in proc.stdout + proc.stderr
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr == (f"observed-engine dashboard: 127.0.0.1:{port} is in use by another program; "
+                           f"fix: --port with a free port\n")
 
 
 def test_without_the_dashboard_app(home, launched, monkeypatch, capsys, tmp_path):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.entry_points import on_path
 
 import observed_engine
 from observed_engine import cli, host
@@ -278,7 +279,7 @@ def ep_site(tmp_path, monkeypatch):
     site = tmp_path / "site-packages"
     site.mkdir()
     monkeypatch.setattr(cli_entry_point, "site_dir", lambda: site)
-    monkeypatch.syspath_prepend(str(site))
+    on_path(monkeypatch, site)
     return site
 
 

@@ -21,7 +21,7 @@ import pytest
 
 import observed_engine
 from observed_engine import host, is_observed
-from support.entry_points import engine_plugin, forget_modules, isolated_plugin_host
+from support.entry_points import engine_plugin, forget_modules, isolated_plugin_host, on_path
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
@@ -51,7 +51,7 @@ def gated_plugin(tmp_path, monkeypatch):
     """A real pip-style context-engine plugin `gatetest` (entry point, register(ctx))."""
     site = tmp_path / "site"
     module = engine_plugin(site, "gatetest")
-    monkeypatch.syspath_prepend(str(site))
+    on_path(monkeypatch, site)
     yield module
     forget_modules(module)
 
@@ -188,7 +188,7 @@ def ep_site(tmp_path, monkeypatch):
     site = tmp_path / "site-observed"
     site.mkdir()
     monkeypatch.setattr(cli_entry_point, "site_dir", lambda: site)
-    monkeypatch.syspath_prepend(str(site))
+    on_path(monkeypatch, site)
     return site
 
 

@@ -29,7 +29,7 @@ import observed_engine
 from observed_engine import cli, host, is_observed
 from observed_engine import plugin as oplugin
 from observed_engine.cli import entry_point as cli_entry_point
-from support.entry_points import GROUP, engine_plugin, forget_modules, isolated_plugin_host
+from support.entry_points import GROUP, engine_plugin, forget_modules, isolated_plugin_host, on_path
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
@@ -64,7 +64,7 @@ def ep_site(tmp_path, monkeypatch):
     site = tmp_path / "site-observed"
     site.mkdir()
     monkeypatch.setattr(cli_entry_point, "site_dir", lambda: site)
-    monkeypatch.syspath_prepend(str(site))
+    on_path(monkeypatch, site)
     return site
 
 
@@ -73,7 +73,7 @@ def layatest(tmp_path, monkeypatch, ep_site):
     """Another pip engine plugin, `layatest`, scanned before observed (its directory comes first)."""
     site = tmp_path / "site-other"
     module = engine_plugin(site, "layatest")
-    monkeypatch.syspath_prepend(str(site))
+    on_path(monkeypatch, site)
     yield module
     forget_modules(module)
 
@@ -292,7 +292,7 @@ def test_install_refuses_the_entry_point_route_beside_another_engine_plugin(home
     assert code == 2, out
     assert "the entry-point route cannot work here" in out and "'layatest'" in out
     assert "losing the observation and 'layatest' with it" in out
-    assert "Fix: `observed-engine install --route bundled`" in out
+    assert "fix: `observed-engine install --route bundled`" in out
     assert (home / "config.yaml").read_text() == original           # nothing written
     assert not cli_entry_point.written_dirs(ep_site)
 
@@ -319,11 +319,11 @@ def test_doctor_warns_when_the_entry_point_route_works_by_scan_order(tmp_path, h
     layatest, whose own registration it rejects), but only by scan order: a warning with the fix."""
     other = tmp_path / "site-other"
     module = engine_plugin(other, "layatest")
-    monkeypatch.syspath_prepend(str(other))
+    on_path(monkeypatch, other)
     ours = tmp_path / "site-observed-first"
     ours.mkdir()
     monkeypatch.setattr(cli_entry_point, "site_dir", lambda: ours)
-    monkeypatch.syspath_prepend(str(ours))                     # now before layatest's directory
+    on_path(monkeypatch, ours)                     # now before layatest's directory
     try:
         cli_entry_point.write(home)
         write_config(home, BROKEN_ENTRYPOINT_CONFIG)

@@ -1,6 +1,6 @@
 """``observed-engine``: install, check and remove the Hermes plugin; serve the dashboard.
 
-    observed-engine install   [--hermes-home DIR] [--inner NAME] [--route auto|bundled|user|entrypoint]
+    observed-engine install   [--hermes-home DIR] [--inner NAME] [--route auto|bundled|user|entrypoint] [--force]
     observed-engine doctor    [--hermes-home DIR] [--json]
     observed-engine uninstall [--hermes-home DIR]
     observed-engine dashboard [--store PATH | --prometheus URL] [--host H] [--port P] [--allow-source-change]
@@ -9,10 +9,13 @@
     observed-engine --version
 
 Also ``python -m observed_engine ...``. One module per command (install, uninstall, doctor,
-dashboard, demo); ``paths`` and ``yaml_edit`` are what install/uninstall/doctor share.
+dashboard, demo, compare); ``paths`` and ``yaml_edit`` are what install/uninstall/doctor
+share, ``inputs`` the checks every command runs on what it is given before it writes.
 
 Exit codes: the command's (0 fine; doctor 1 when a check fails; 2 an operator error, printed
-on one line without a traceback); 141 (128 + SIGPIPE, as a shell reports a tool cut off by
+on one line without a traceback, having changed nothing: a wrong flag, home, config.yaml,
+engine, address or file; 70 an internal error, one line too, the traceback with
+``OBSERVED_ENGINE_DEBUG=1``; 130 Ctrl-C); 141 (128 + SIGPIPE, as a shell reports a tool cut off by
 its pipe) when stdout is closed before the output is written, e.g. ``doctor --json | head -1``:
 the rest of the output is dropped silently instead of a BrokenPipeError traceback.
 """
@@ -30,6 +33,9 @@ from . import compare, dashboard, demo, doctor, install, uninstall
 from .errors import CliError
 
 EXIT_BROKEN_PIPE = 141
+EXIT_INTERRUPTED = 130          # 128 + SIGINT, as a shell reports Ctrl-C
+EXIT_INTERNAL = 70              # EX_SOFTWARE: a bug of ours, said on one line
+DEBUG_ENV = "OBSERVED_ENGINE_DEBUG"
 HOME_HELP = "Hermes home (default: $HERMES_HOME or ~/.hermes)"
 
 
@@ -41,8 +47,21 @@ def version_text() -> str:
             + (hermes.describe() if hermes is not None else f"hermes: not importable from {sys.executable}"))
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line (what is wrong and where the help is) instead
+    of the usage text and the error: every wrong input of every command is one line on
+    stderr and exit code 2. The subcommands' parsers are of this class too."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {one_line(message)}; fix: see `{self.prog} --help`\n")
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="observed-engine",
         description="Install, check and remove the observed context engine for Hermes Agent.",
     )
@@ -72,8 +91,33 @@ def _run(argv: List[str]) -> int:
     try:
         return int(args.func(args) or 0)
     except CliError as exc:
-        print(f"observed-engine {args.command}: {exc}", file=sys.stderr)
+        print(f"observed-engine {args.command}: {one_line(exc)}", file=sys.stderr)
         return 2
+    except BrokenPipeError:
+        raise                       # the reader went away: main() says so by the exit code
+    except OSError as exc:
+        # the machine refused something a check before could not foresee (a disk full, a file
+        # changed meanwhile): said on one line, as every operator error
+        where = f" ({exc.filename})" if getattr(exc, "filename", None) else ""
+        print(f"observed-engine {args.command}: {one_line(exc.strerror or exc)}{where}; fix: check that "
+              f"path and its permissions, then rerun", file=sys.stderr)
+        return 2
+    except Exception as exc:
+        if os.environ.get(DEBUG_ENV):
+            raise
+        print(f"observed-engine {args.command}: internal error, {type(exc).__name__}: {one_line(exc)}"
+              f"{_origin(exc)}; rerun with {DEBUG_ENV}=1 for the traceback, and please report it",
+              file=sys.stderr)
+        return EXIT_INTERNAL
+
+
+def _origin(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None:
+        return ""
+    return f" (at {os.path.basename(tb.tb_frame.f_code.co_filename)}:{tb.tb_lineno})"
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -85,6 +129,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             if not isinstance(exc.code, (int, type(None))):
                 raise
             code = exc.code or 0
+        except KeyboardInterrupt:
+            print("observed-engine: interrupted", file=sys.stderr)
+            code = EXIT_INTERRUPTED
         sys.stdout.flush()          # a closed pipe shows here, not at interpreter exit
     except BrokenPipeError:
         # The reader went away (`| head`). Point stdout at /dev/null so that the interpreter's

@@ -19,20 +19,38 @@ from pathlib import Path
 from .. import compare
 from .. import host
 from ..compare import report as report_mod
+from . import inputs, yaml_edit
 from .errors import CliError
+from .paths import config_path
 
 
 def cmd_compare(args) -> int:
-    out = Path(args.out).expanduser() if args.out else None
-    if out is None:
-        home = host.hermes_home(args.hermes_home)
-        out = home / "observed" / "compare" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    home = inputs.home_dir(args.hermes_home)
+    for sid in args.session or ():
+        if not sid.strip():
+            raise CliError("--session is empty; fix: a session id of that home's state.db (`hermes sessions list`)")
+    if args.out is not None and not args.out.strip():
+        raise CliError("--out is empty; fix: the directory for compare.json and compare.md (created if missing)")
+    out = Path(args.out).expanduser() if args.out else \
+        home / "observed" / "compare" / time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    # checked now, not after minutes of replays
+    inputs.writable_dir(out, "where compare writes its report")
+    for name in (report_mod.JSON_NAME, report_mod.MARKDOWN_NAME):
+        if (out / name).is_dir():
+            raise CliError(f"{out / name} is a directory, where compare writes its report; fix: another --out")
+    # the home's config.yaml is read with Hermes' loader, which must not meet a file it cannot parse
+    cfg_file = config_path(home)
+    data = yaml_edit.parse(cfg_file, yaml_edit.read_text(cfg_file))
+    if data is not None and not isinstance(data, dict):
+        raise CliError(f"{cfg_file}: the top level is {inputs.describe(data)}, not a mapping of keys; fix: the "
+                       f"file must hold keys such as `model:`")
     try:
-        rep = compare.run_compare(hermes_home=args.hermes_home, engines=args.engines,
-                                  sessions=args.sessions, session_ids=args.session or (),
-                                  summary=args.summary, usage=args.usage,
-                                  context_length=args.context_length, out=out,
-                                  progress=None if args.quiet else sys.stderr)
+        with host.untouched_home(home):
+            rep = compare.run_compare(hermes_home=args.hermes_home, engines=args.engines,
+                                      sessions=args.sessions, session_ids=args.session or (),
+                                      summary=args.summary, usage=args.usage,
+                                      context_length=args.context_length, out=out,
+                                      progress=None if args.quiet else sys.stderr)
     except compare.CompareError as exc:
         raise CliError(str(exc)) from None
     if args.json:
@@ -50,7 +68,7 @@ def add_parser(sub, home_help: str) -> None:
                    help="engines to compare: compressor (the built-in) and plugin engine names")
     p.add_argument("--hermes-home", metavar="DIR", help=home_help)
     which = p.add_mutually_exclusive_group()
-    which.add_argument("--sessions", type=int, default=5, metavar="N",
+    which.add_argument("--sessions", type=inputs.positive_int, default=5, metavar="N",
                        help="the N newest conversations that can be replayed (default 5)")
     which.add_argument("--session", action="append", metavar="ID", help="this conversation (repeatable)")
     p.add_argument("--summary", choices=compare.SUMMARY_MODES, default="offline",
@@ -58,7 +76,7 @@ def add_parser(sub, home_help: str) -> None:
                         "configured: the auxiliary model of that Hermes home (its cost)")
     p.add_argument("--usage", choices=("tiktoken", "chars"), default="tiktoken",
                    help="how the replay LLM counts a request's prompt tokens (default tiktoken)")
-    p.add_argument("--context-length", type=int, metavar="N",
+    p.add_argument("--context-length", type=inputs.positive_int, metavar="N",
                    help="the model's window (default: model.context_length of config.yaml, else 128000)")
     p.add_argument("--out", metavar="DIR", help="where compare.json and compare.md go "
                                                 "(default $HERMES_HOME/observed/compare/<time>/)")

@@ -2,6 +2,10 @@
 127.0.0.1:8501 by default, reading the current Hermes home's store (or ``--store`` /
 ``--prometheus``).
 
+Its flags are checked before Streamlit starts (a port out of range or taken, an address
+not of this machine, a URL that is not http(s), a store that is a directory or another
+program's file): one line and exit code 2, not a Streamlit traceback.
+
 The command line is built by ``observed_engine.demo.dashboard_command`` (the demo starts
 the same dashboard). This process becomes Streamlit (exec), so its exit code is
 Streamlit's, Ctrl-C is Streamlit's clean stop, and a signal sent to this PID reaches the
@@ -14,6 +18,8 @@ import os
 import sys
 from pathlib import Path
 
+from .. import host
+from . import inputs
 from .errors import CliError
 
 
@@ -34,8 +40,20 @@ def cmd_dashboard(args) -> int:
     if not DASHBOARD_APP.is_file():
         raise CliError(f"this observed-engine installation lacks its dashboard app ({DASHBOARD_APP}); "
                        "fix: reinstall 'observed-engine[dashboard]'")
-    store = Path(args.store).expanduser() if args.store else None
-    argv = dashboard_command(DASHBOARD_APP, store=store, prometheus=args.prometheus, address=args.host,
+    prometheus = inputs.prometheus_url(args.prometheus) if args.prometheus is not None else None
+    store = None
+    if args.store is not None:
+        if not args.store.strip():
+            raise CliError("--store is empty; fix: the path of a telemetry store (default: the Hermes home's "
+                           "observed/telemetry.sqlite)")
+        store = Path(args.store).expanduser()
+    if prometheus is None:
+        shown = store if store is not None else host.default_store_path()
+        problem = inputs.store_problem(shown)
+        if problem:
+            raise CliError(f"{'--store ' if store is not None else 'the store '}{shown} {problem}")
+    inputs.listen_address(args.host, args.port)
+    argv = dashboard_command(DASHBOARD_APP, store=store, prometheus=prometheus, address=args.host.strip(),
                              port=args.port, allow_source_change=args.allow_source_change)
     # The app prefers an OBSERVED_PROMETHEUS_URL from the environment over its --store flag;
     # OBSERVED_SOURCE makes the source given here (or the store, by default) the one it opens.
@@ -51,7 +69,8 @@ def add_parser(sub) -> None:
     source.add_argument("--store", metavar="PATH", help="SQLite store to read (default: the Hermes home's)")
     source.add_argument("--prometheus", metavar="URL", help="read a Prometheus that scrapes the engines instead")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default: %(default)s)")
-    p.add_argument("--port", type=int, default=8501, help="port to listen on (default: %(default)s)")
+    p.add_argument("--port", type=inputs.port_number, default=8501,
+                   help="port to listen on, 1-65535 (default: %(default)s)")
     p.add_argument("--allow-source-change", action="store_true",
                    help="let the dashboard's visitors switch to another store or Prometheus")
     p.set_defaults(func=cmd_dashboard)

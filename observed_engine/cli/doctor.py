@@ -20,7 +20,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .. import host
 from .. import plugin as hp
 from ..settings import Settings
-from . import paths
+from . import inputs, paths, yaml_edit
+from .errors import CliError
 from .paths import PLUGIN_NAME, config_path, plugin_source_files, user_plugin_dir
 
 Result = Dict[str, Any]
@@ -42,19 +43,25 @@ class Context:
     cfg: Dict[str, Any] = field(default_factory=dict)          # by check_config
     section: Dict[str, Any] = field(default_factory=dict)      # observed:, by check_observed_section
     settings: Settings = field(default_factory=lambda: Settings.from_mapping({}))
+    config_error: Optional[str] = None                         # by check_config: config.yaml unreadable
 
 
 # -- probes ---------------------------------------------------------------------------------
 
 def _port_state(host_: str, port: int) -> str:
-    """'free' if we can bind it, else 'bound'."""
+    """'free' if we can bind it, 'bound' if something listens there, else 'unusable' (the
+    address is not one of this machine's, or not an address at all)."""
+    import errno
+
     family = socket.AF_INET6 if ":" in host_ else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind((host_, port))
-        except OSError:
-            return "bound"
+        except OSError as exc:
+            return "bound" if exc.errno in (errno.EADDRINUSE, errno.EACCES) else "unusable"
+        except (OverflowError, UnicodeError, ValueError, TypeError):
+            return "unusable"
     return "free"
 
 
@@ -156,14 +163,29 @@ def check_hermes_range(ctx: Context) -> List[Result]:
 
 
 def check_config(ctx: Context) -> List[Result]:
+    """config.yaml as Hermes reads it. The file is parsed here first: Hermes' own loader, given
+    a file it cannot parse, prints its warning, writes a ``config.yaml.corrupt.*.bak`` into the
+    home and runs on its defaults, so it is called only on a file that parses. A file that
+    does not (or whose keys observed-engine reads have the wrong type) is this check's FAIL,
+    and the checks that read the config are skipped."""
     cfg_file = config_path(ctx.home)
-    if not cfg_file.exists():
+    if not os.path.lexists(cfg_file):
         return [result("config", "fail", f"{cfg_file} does not exist",
                        "run `observed-engine install` (or `hermes setup` first)")]
     try:
+        data = yaml_edit.parse(cfg_file, yaml_edit.read_text(cfg_file))
+        inputs.check_shape(data if data is not None else {}, cfg_file)
+    except CliError as exc:
+        ctx.config_error = str(exc)
+        detail, _, fix = str(exc).partition("; fix: ")
+        return [result("config", "fail", detail,
+                       f"{fix or 'correct config.yaml'}; a backup config.yaml.observed-backup-* may help, and "
+                       f"the checks that read the config run once it is fixed")]
+    try:
         ctx.cfg = host.read_config()
     except Exception as exc:
-        return [result("config", "fail", f"{cfg_file} cannot be read: {exc}",
+        ctx.config_error = str(exc)
+        return [result("config", "fail", f"{cfg_file} cannot be read by Hermes: {exc}",
                        "fix the YAML syntax (a backup config.yaml.observed-backup-* may help)")]
     return [result("config", "ok", str(cfg_file))]
 
@@ -327,6 +349,12 @@ def check_store(ctx: Context) -> List[Result]:
         "enabled": ctx.settings.store.enabled, "path": str(store_path)}
     if not ctx.settings.store.enabled:
         return [result("store", "ok", "disabled (observed.store.enabled: false)")]
+    problem = inputs.store_problem(store_path)
+    if problem:
+        store["writable"] = False
+        return [result("store", "fail", f"{store_path} {problem.split('; fix: ')[0]}",
+                       "set observed.store.path to an observed-engine store file (or remove the key: "
+                       "the default is HERMES_HOME/observed/telemetry.sqlite)")]
     ok, how = _writable(store_path)
     store["writable"] = ok
     if ok:
@@ -344,6 +372,10 @@ def check_prometheus(ctx: Context) -> List[Result]:
     report["port_state"] = _port_state(prom.host, prom.port)
     if report["port_state"] == "free":
         return [result("prometheus", "ok", f"{prom.host}:{prom.port} free (Hermes will serve /metrics there)")]
+    if report["port_state"] == "unusable":
+        return [result("prometheus", "fail", f"observed.prometheus.host {prom.host!r} is not an address of "
+                       "this machine, so Hermes cannot serve /metrics there",
+                       "set observed.prometheus.host to 127.0.0.1 (or an address of this machine)")]
     if _serves_our_metrics(prom.host, prom.port):
         report["port_state"] = "bound-by-observed"
         return [result("prometheus", "ok", f"{prom.host}:{prom.port} bound, serving observed metrics "
@@ -387,11 +419,17 @@ CHECKS: List[Callable[[Context], List[Result]]] = [
 ]
 
 
+# What runs when config.yaml cannot be read: the checks that do not read it.
+CONFIG_FREE = (check_hermes, check_hermes_range, check_config, check_package)
+
+
 def run_doctor(home: Path) -> Dict[str, Any]:
     ctx = Context(home=home, report={"hermes_home": str(home)})
     results: List[Result] = []
-    for check in CHECKS:
-        results.extend(check(ctx))
+    with host.untouched_home(home):
+        for check in CHECKS:
+            if ctx.config_error is None or check in CONFIG_FREE:
+                results.extend(check(ctx))
     ctx.report["checks"] = results
     ctx.report["ok"] = all(item["status"] != "fail" for item in results)
     return ctx.report
@@ -416,7 +454,7 @@ def format_report(report: Dict[str, Any]) -> str:
 
 
 def cmd_doctor(args) -> int:
-    report = run_doctor(host.hermes_home(args.hermes_home))
+    report = run_doctor(inputs.home_dir(args.hermes_home))
     print(json.dumps(report, indent=2, default=str) if args.json else format_report(report))
     return 0 if report["ok"] else 1
 

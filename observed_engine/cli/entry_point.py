@@ -17,6 +17,7 @@ import importlib
 import importlib.metadata as md
 import json
 import shutil
+import sys
 import sysconfig
 from pathlib import Path
 from typing import List, Optional
@@ -24,7 +25,7 @@ from typing import List, Optional
 from .. import host
 from ..version import __version__
 from .errors import CliError
-from .paths import PLUGIN_NAME
+from .paths import PLUGIN_NAME, home_uses
 
 DIST_NAME = "observed-engine-hermes-entrypoint"
 DIST_PREFIX = "observed_engine_hermes_entrypoint-"
@@ -35,12 +36,40 @@ SUMMARY = ("Hermes plugin entry point of observed-engine (context.engine: observ
 
 
 def site_dir() -> Path:
-    """Where the entry point's dist-info goes: beside the observed-engine distribution (the
-    environment Hermes imports it from), else this interpreter's site-packages."""
+    """Where the entry point's dist-info goes: beside the observed-engine distribution that
+    Hermes imports, else this interpreter's site-packages.
+
+    Not the first distribution this process happens to see: ``python -m observed_engine``
+    puts the current directory first on ``sys.path``, and a source checkout there holds an
+    ``observed_engine.egg-info`` (``pip install -e`` leaves it), where Hermes never looks.
+    So the current directory is left out of the search, and an installed ``.dist-info`` is
+    preferred to any ``.egg-info``."""
     try:
-        return Path(md.distribution("observed-engine").locate_file("")).resolve()
+        cwd: Optional[Path] = Path.cwd().resolve()
+    except OSError:
+        cwd = None
+    search = []
+    for entry in sys.path:
+        if not entry:
+            continue
+        try:
+            if cwd is not None and Path(entry).resolve() == cwd:
+                continue
+        except (OSError, RuntimeError):
+            continue
+        search.append(entry)
+    found = []
+    try:
+        found = list(md.distributions(name="observed-engine", path=search))
     except Exception:
-        return Path(sysconfig.get_paths()["purelib"])
+        pass
+    found.sort(key=lambda dist: not str(getattr(dist, "_path", "")).endswith(".dist-info"))
+    for dist in found:
+        try:
+            return Path(dist.locate_file("")).resolve()
+        except Exception:
+            continue
+    return Path(sysconfig.get_paths()["purelib"])
 
 
 def written_dirs(base: Optional[Path] = None) -> List[Path]:
@@ -88,15 +117,20 @@ def write(home: Path) -> Path:
     return info
 
 
-def remove(home: Path) -> List[str]:
-    """Drop *home* from the homes using the entry point; remove the dist-info when none is
-    left. Returns what was done, as output lines."""
+def remove(home: Path, *, also_in: Optional[Path] = None) -> List[str]:
+    """Drop *home* from the homes using the entry point; remove the dist-info when no other
+    home that installed it still uses it (:func:`paths.home_uses`: its install record is there
+    and names the route). *also_in*: another directory to look in (where an earlier install
+    recorded that it wrote it). Returns what was done, as output lines."""
     out: List[str] = []
-    for info in written_dirs():
+    bases = [site_dir()]
+    if also_in is not None and also_in not in bases:
+        bases.append(also_in)
+    for info in [d for base in bases for d in written_dirs(base)]:
         before = homes_of(info)
         if before and str(home) not in before:
             continue                      # another Hermes home's, not this one's to change
-        homes = [h for h in before if h != str(home)]
+        homes = [h for h in before if h != str(home) and home_uses(h, "entrypoint")]
         try:
             if homes:
                 (info / MARKER).write_text(json.dumps({"homes": homes}, indent=2) + "\n", encoding="utf-8")

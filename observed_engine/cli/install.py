@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import stat
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import host, plugin
-from . import entry_point, paths
+from ..settings import Settings
+from . import entry_point, inputs, paths
 from .errors import CliError
 from .paths import MARKER_FILE, PLUGIN_NAME, config_path, read_state, user_plugin_dir, write_state
 from .yaml_edit import ConfigDoc
@@ -58,7 +63,7 @@ def resolve_route(route: str) -> str:
         return "entrypoint"
     raise CliError(
         f"no discovery route is usable: Hermes' plugins/context_engine/ ({host.bundled_engines_dir()}) "
-        f"and this Python's {site} (for the entry point) are not writable. Fix: rerun with write "
+        f"and this Python's {site} (for the entry point) are not writable; fix: rerun with write "
         "access to Hermes' installation (--route bundled) or to its Python environment (--route entrypoint)"
     )
 
@@ -89,7 +94,7 @@ def check_entry_point_route(inner: Optional[str]) -> None:
     """Refuse the entry-point route where Hermes would not select observed through it."""
     if host.plugin_gates()["safe_mode"]:
         raise CliError(f"{host.SAFE_MODE_ENV}=1 is set: Hermes loads no plugin, so the entry-point route "
-                       f"would not run observed. Fix: {directory_fix()} (Hermes' directory loader runs "
+                       f"would not run observed; fix: {directory_fix()} (Hermes' directory loader runs "
                        f"in safe mode too), or unset {host.SAFE_MODE_ENV}")
     others = entry_point_conflicts()
     if others:
@@ -99,19 +104,44 @@ def check_entry_point_route(inner: Optional[str]) -> None:
             f"the entry-point route cannot work here: the enabled plugin {names} registers a context "
             f"engine with Hermes' plugin system, which keeps only the first engine its scan registers "
             f"(scan order, not plugins.enabled order); when observed's is rejected Hermes finds no "
-            f"'observed' and falls back to its built-in compressor, losing the observation{lost}. "
-            f"Fix: {directory_fix()} (Hermes' directory loader comes before its plugin system; "
+            f"'observed' and falls back to its built-in compressor, losing the observation{lost}; "
+            f"fix: {directory_fix()} (Hermes' directory loader comes before its plugin system; "
             f"observed then wraps the plugin's engine)")
 
 
-def place_plugin_dir(dest: Path, home: Path) -> bool:
-    """Write the plugin directory at *dest*; returns True if anything changed."""
+def check_plugin_dir(dest: Path) -> None:
+    """Refuse, before anything is written, a plugin directory install cannot (re)write:
+    something that is not ours at that path, or no write access."""
     files = paths.plugin_source_files()
-    if dest.exists() and not (dest / MARKER_FILE).exists():
-        existing = (dest / "__init__.py").read_text(encoding="utf-8") if (dest / "__init__.py").exists() else None
+    try:
+        mode = os.stat(dest).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        inputs.writable_dir(dest.parent, "where Hermes finds the plugin")
+        return
+    if not stat.S_ISDIR(mode):
+        raise CliError(f"{dest} is a file, where install puts the plugin directory; fix: move it away first")
+    if paths.marker_homes(dest) is None:
+        init = dest / "__init__.py"
+        try:
+            existing = init.read_text(encoding="utf-8") if init.is_file() else None
+        except (OSError, UnicodeDecodeError):
+            existing = None
         if existing != files["__init__.py"]:
             raise CliError(f"{dest} exists and was not installed by observed-engine; "
                            f"move it away first")
+    inputs.writable_dir(dest, "the plugin directory")
+    for name in [*files, MARKER_FILE]:
+        if (dest / name).is_dir():
+            raise CliError(f"{dest / name} is a directory, where install writes a file; fix: move it away")
+
+
+def place_plugin_dir(dest: Path, home: Path) -> Tuple[bool, Callable[[], None]]:
+    """Write the plugin directory at *dest*, with *home* among the homes that use it; returns
+    whether anything changed, and what puts the directory back as it was (a later step of the
+    install failed)."""
+    files = paths.plugin_source_files()
+    created = not dest.exists()
+    homes_before = paths.marker_homes(dest)
     changed = False
     dest.mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
@@ -119,12 +149,61 @@ def place_plugin_dir(dest: Path, home: Path) -> bool:
         if not target.exists() or target.read_text(encoding="utf-8") != text:
             target.write_text(text, encoding="utf-8")
             changed = True
-    marker = dest / MARKER_FILE
-    if not marker.exists():
-        marker.write_text(json.dumps({"package": "observed-engine", "hermes_home": str(home)}) + "\n",
-                          encoding="utf-8")
+    homes = sorted(set(homes_before or []) | {str(home)})
+    if homes_before is None or sorted(set(homes_before)) != homes:
+        paths.write_marker(dest, homes)
         changed = True
-    return changed
+
+    def undo() -> None:
+        if created:
+            shutil.rmtree(dest, ignore_errors=True)
+        elif homes_before is None:
+            (dest / MARKER_FILE).unlink(missing_ok=True)
+        else:
+            paths.write_marker(dest, homes_before)
+
+    return changed, undo
+
+
+def plugin_dir_for(route: str, home: Path) -> Optional[Path]:
+    if route == "bundled":
+        base = host.bundled_engines_dir()
+        if base is None:
+            raise CliError("Hermes is not importable from this Python "
+                           f"({sys.executable}); install observed-engine into Hermes' environment")
+        return base / PLUGIN_NAME
+    if route == "user":
+        return user_plugin_dir(home)
+    return None
+
+
+def inner_to_write(doc: ConfigDoc, inner_arg: Optional[str], previous: Optional[str]) -> Tuple[str, str]:
+    """The engine ``observed.inner`` names after this install, and where the name came from."""
+    section = doc.get(PLUGIN_NAME)
+    current_inner = section.get("inner") if isinstance(section, dict) else None
+    if inner_arg:
+        return inner_arg, "--inner"
+    if previous and previous not in ("compressor", PLUGIN_NAME) and current_inner in (None, "compressor"):
+        return previous, "context.engine"
+    if isinstance(current_inner, str) and current_inner.strip():
+        return current_inner.strip(), "observed.inner"
+    return "compressor", "default"
+
+
+def check_inner(name: str, source: str, cfg_file: Path) -> None:
+    """Refuse an inner engine that Hermes' own loaders cannot find (``--force`` skips this)."""
+    flag = "--inner" if source == "--inner" else f"{source} in {cfg_file}"
+    problem = inputs.engine_name_problem(name)
+    if problem:
+        raise CliError(f"{flag} {name!r} {problem}")
+    known = inputs.findable_engines(name)
+    if known is None:
+        return
+    listed = ", ".join(known)
+    raise CliError(f"{flag} names {name!r}, a context engine Hermes cannot find (it finds: {listed}); "
+                   f"fix: install that engine first, or name one it finds (--inner compressor observes the "
+                   f"built-in), or add --force to write it anyway (Hermes then runs its built-in compressor "
+                   f"in its place)")
 
 
 def _hermes_described() -> str:
@@ -133,40 +212,45 @@ def _hermes_described() -> str:
 
 
 def cmd_install(args) -> int:
-    home = host.hermes_home(args.hermes_home)
-    if args.inner is not None and args.inner.strip() == PLUGIN_NAME:
-        raise CliError("--inner observed would wrap the observed engine in itself; "
-                       "name the engine to observe (default: compressor)")
+    home = inputs.home_dir(args.hermes_home, write=True)
+    inner_arg = inputs.engine_arg(args.inner)
+    with host.untouched_home(home):
+        return _install(args, home, inner_arg)
+
+
+def _install(args, home: Path, inner_arg: Optional[str]) -> int:
     route = resolve_route(args.route)
     out: List[str] = []
     if route == "user" and not host.supports_user_engines():
         raise CliError(
             f"{_hermes_described()} does not load context engines from $HERMES_HOME/plugins/: "
             f"{user_plugin_dir(home)} would not run, and `hermes plugins list` would show it as a plugin "
-            f"that is not enabled. Fix: --route bundled (or entrypoint)")
+            f"that is not enabled; fix: --route bundled (or entrypoint)")
 
-    # 1. the plugin where Hermes finds it
-    plugin_dir: Optional[Path] = None
-    if route == "bundled":
-        base = host.bundled_engines_dir()
-        if base is None:
-            raise CliError("Hermes is not importable from this Python "
-                           f"({sys.executable}); install observed-engine into Hermes' environment")
-        plugin_dir = base / PLUGIN_NAME
-    elif route == "user":
-        plugin_dir = user_plugin_dir(home)
-    if plugin_dir is not None:
-        try:
-            changed = place_plugin_dir(plugin_dir, home)
-        except PermissionError as exc:
-            raise CliError(f"cannot write {plugin_dir}: {exc}; fix: rerun with write access "
-                           f"or use --route entrypoint") from exc
-        out.append(f"plugin: {plugin_dir} ({'written' if changed else 'already in place'})")
-
-    # 2. config.yaml
+    # -- everything is checked before the first write -------------------------------------------
     cfg_file = config_path(home)
     doc = ConfigDoc(cfg_file)
+    inputs.check_shape(doc.data, cfg_file)
+    raw_section = doc.get(PLUGIN_NAME)
+    section_error = plugin.validate_section(raw_section) if raw_section is not None else None
+    if section_error:
+        raise CliError(f"{cfg_file}: {section_error}; fix: correct that key (every key of observed: is optional)")
+    settings = Settings.from_mapping(raw_section or {})
+    store = settings.store_path(home)
+    problem = inputs.store_problem(store)
+    if problem:
+        raise CliError(f"the telemetry store {store} (observed.store.path) {problem}")
     state = read_state(home)
+    plugin_dir = plugin_dir_for(route, home)
+    if plugin_dir is not None:
+        check_plugin_dir(plugin_dir)
+    inputs.writable_file(cfg_file, "Hermes' config file")
+    inputs.writable_dir(paths.state_path(home).parent, "observed-engine's directory in the Hermes home")
+    if paths.state_path(home).exists():
+        inputs.writable_file(paths.state_path(home), "observed-engine's record of this install")
+    if route == "entrypoint":
+        inputs.writable_dir(entry_point.site_dir(), "the Python environment Hermes imports from")
+
     current = doc.get("context", "engine")
     if "previous_engine" not in state:
         # first install (or config edited by hand): remember what to restore
@@ -174,16 +258,54 @@ def cmd_install(args) -> int:
         state["previous_engine"] = previous
         state["previous_engine_set"] = current is not None and current != PLUGIN_NAME
     previous = state.get("previous_engine")
+    inner, source = inner_to_write(doc, inner_arg, previous)
+    if not args.force:
+        check_inner(inner, source, cfg_file)
     if route == "entrypoint":
-        check_entry_point_route(args.inner or doc.get(PLUGIN_NAME, "inner") or previous)
+        check_entry_point_route(inner)
 
+    # -- 1. the plugin where Hermes finds it ------------------------------------------------------
+    undo_plugin: Callable[[], None] = lambda: None
+    if plugin_dir is not None:
+        try:
+            changed, undo_plugin = place_plugin_dir(plugin_dir, home)
+        except OSError as exc:
+            raise CliError(f"cannot write {plugin_dir}: {exc.strerror or exc}; fix: rerun with write access "
+                           f"or use --route entrypoint") from None
+        out.append(f"plugin: {plugin_dir} ({'written' if changed else 'already in place'})")
+    try:
+        _edit_and_record(doc, state, home, route, inner_arg, previous, plugin_dir, out)
+    except BaseException:
+        undo_plugin()
+        raise
+
+    inner = doc.get(PLUGIN_NAME, "inner", default="compressor")
+    out.append(f"route: {route}; observing inner engine {inner!r}")
+    if not doc.round_trip:
+        out.append("note: ruamel.yaml is missing, config.yaml was rewritten with PyYAML "
+                   "(comments dropped; the backup has them)")
+    failed = False
+    for item in selection_check(home, doc, route):
+        label = {"ok": "selection", "warn": "warning", "fail": "FAIL"}[item["status"]]
+        out.append(f"{label}: {item['detail']}" + (f"\n       fix: {item['fix']}" if item.get("fix") else ""))
+        failed = failed or item["status"] == "fail"
+    out.append("next: start Hermes as usual, then run `observed-engine doctor`")
+    print("\n".join(out))
+    return 1 if failed else 0
+
+
+def _edit_and_record(doc: ConfigDoc, state: Dict[str, Any], home: Path, route: str,
+                     inner_arg: Optional[str], previous: Optional[str], plugin_dir: Optional[Path],
+                     out: List[str]) -> None:
+    """config.yaml, the entry point and install.json: the writes after the plugin directory."""
+    cfg_file = config_path(home)
     doc.set(("context", "engine"), PLUGIN_NAME)
     section = doc.get(PLUGIN_NAME)
     if not isinstance(section, dict):
         doc.add_section(PLUGIN_NAME, default_section(), DEFAULT_SECTION_COMMENT)
         section = doc.get(PLUGIN_NAME)
-    if args.inner:
-        doc.set((PLUGIN_NAME, "inner"), args.inner.strip())
+    if inner_arg:
+        doc.set((PLUGIN_NAME, "inner"), inner_arg)
     elif previous and previous not in ("compressor", PLUGIN_NAME):
         current_inner = section.get("inner")
         if current_inner in (None, "compressor"):
@@ -207,8 +329,6 @@ def cmd_install(args) -> int:
                 disabled.remove(PLUGIN_NAME)
             state["removed_from_plugins_disabled"] = True
             out.append("config: observed removed from plugins.disabled (it would keep the entry point off)")
-        info = entry_point.write(home)
-        out.append(f"entry point: {info} (hermes_agent.plugins: observed = {entry_point.MODULE})")
     else:
         # another route now: the entry point this command enabled would list (and load) a second observed
         enabled = doc.get("plugins", "enabled")
@@ -221,7 +341,6 @@ def cmd_install(args) -> int:
             out.append("config: observed removed from plugins.enabled (the entry-point route is replaced)")
         state.pop("added_to_plugins_enabled", None)
         state.pop("added_plugins_enabled_key", None)
-        out.extend(entry_point.remove(home))
     inner_now = doc.get(PLUGIN_NAME, "inner", default="compressor")
     if isinstance(inner_now, str) and inner_now not in ("compressor", PLUGIN_NAME) \
             and any(ep.name == inner_now for ep in host.entry_points()):
@@ -231,6 +350,7 @@ def cmd_install(args) -> int:
                        f"observes the built-in compressor in its place, as bare Hermes runs it; to run "
                        f"{inner_now!r}: `hermes plugins enable {inner_now}`")
 
+    backup = None
     if doc.changed():
         backup = doc.save()
         if backup:
@@ -240,6 +360,13 @@ def cmd_install(args) -> int:
             out.append(f"config: {cfg_file} created")
     else:
         out.append(f"config: {cfg_file} already set (context.engine: observed)")
+
+    if route == "entrypoint":
+        info = entry_point.write(home)
+        state["entry_point_dir"] = str(info.parent)
+        out.append(f"entry point: {info} (hermes_agent.plugins: observed = {entry_point.MODULE})")
+    else:
+        out.extend(entry_point.remove(home))
 
     routes = set(state.get("routes", []))
     routes.add(route)
@@ -253,24 +380,56 @@ def cmd_install(args) -> int:
     state["hermes_distribution"] = hermes.distribution if hermes is not None else None
     write_state(home, state)
 
-    inner = doc.get(PLUGIN_NAME, "inner", default="compressor")
-    out.append(f"route: {route}; observing inner engine {inner!r}")
-    if not doc.round_trip:
-        out.append("note: ruamel.yaml is missing, config.yaml was rewritten with PyYAML "
-                   "(comments dropped; the backup has them)")
-    # what Hermes' own loader selects now (doctor's check): a route that does not work is said here
+
+# -- what Hermes selects now ------------------------------------------------------------------------
+
+PROBE = ("import json, sys\n"
+         "from observed_engine.cli.install import probe_selection\n"
+         "print(json.dumps(probe_selection(sys.argv[1])))\n")
+
+
+def probe_selection(home_text: str) -> List[Dict[str, Any]]:
+    """doctor's selection check for *home_text*, in this process: what ``selection_check``
+    runs in a fresh one."""
     from .doctor import Context, check_selection
-    checked = Context(home=home, report={}, cfg=host.load_config(log_errors=False),
-                      section=dict(doc.get(PLUGIN_NAME) or {}))
-    checked.report["context_engine"] = PLUGIN_NAME
-    failed = False
-    for item in check_selection(checked):
-        label = {"ok": "selection", "warn": "warning", "fail": "FAIL"}[item["status"]]
-        out.append(f"{label}: {item['detail']}" + (f"\n       fix: {item['fix']}" if item.get("fix") else ""))
-        failed = failed or item["status"] == "fail"
-    out.append("next: start Hermes as usual, then run `observed-engine doctor`")
-    print("\n".join(out))
-    return 1 if failed else 0
+
+    home = host.hermes_home(home_text)
+    with host.untouched_home(home):
+        cfg = host.load_config(log_errors=False)
+        raw = cfg.get(PLUGIN_NAME)
+        ctx = Context(home=home, report={"context_engine": PLUGIN_NAME}, cfg=cfg,
+                      section=dict(raw) if isinstance(raw, dict) else {})
+        return check_selection(ctx)
+
+
+def selection_check(home: Path, doc: ConfigDoc, route: str) -> List[Dict[str, Any]]:
+    """What Hermes' own loader selects now (doctor's check): a route that does not work is
+    said here. The directory routes are checked in this process (Hermes reads its own
+    installation's directories); the entry-point route in a fresh Python whose current
+    directory is elsewhere, because this process's ``sys.path`` may hold what Hermes' does
+    not (``python -m`` puts the current directory first: a source checkout's metadata)."""
+    from .doctor import Context, check_selection, result
+
+    if route != "entrypoint":
+        checked = Context(home=home, report={}, cfg=host.load_config(log_errors=False),
+                          section=dict(doc.get(PLUGIN_NAME) or {}))
+        checked.report["context_engine"] = PLUGIN_NAME
+        return check_selection(checked)
+    env = dict(os.environ, HERMES_HOME=str(home))
+    elsewhere = tempfile.mkdtemp(prefix="observed-engine-check-")
+    try:
+        proc = subprocess.run([sys.executable, "-c", PROBE, str(home)], cwd=elsewhere, env=env,
+                              capture_output=True, text=True, timeout=180)
+        found = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+    except (OSError, ValueError, IndexError, subprocess.SubprocessError):
+        proc, found = None, None
+    finally:
+        shutil.rmtree(elsewhere, ignore_errors=True)
+    if not isinstance(found, list):
+        why = (proc.stderr.strip().splitlines() or ["no output"])[-1] if proc is not None else "it did not start"
+        return [result("selection", "warn", f"could not check Hermes' selection in a fresh process ({why})",
+                       "run `observed-engine doctor`")]
+    return found
 
 
 def add_parser(sub, home_help: str) -> None:
@@ -282,4 +441,6 @@ def add_parser(sub, home_help: str) -> None:
                    help="how Hermes finds the plugin: bundled (copy into Hermes' plugins/context_engine/), "
                         "user ($HERMES_HOME/plugins/observed/, newer Hermes), entrypoint "
                         "(plugins.enabled: [observed]); auto picks the first that works")
+    p.add_argument("--force", action="store_true",
+                   help="write the inner engine even if Hermes' loaders cannot find it (yet)")
     p.set_defaults(func=cmd_install)

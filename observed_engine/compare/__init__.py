@@ -17,7 +17,7 @@ from .. import host
 from ..version import __version__
 from . import report as report_mod
 from .replay import BUILTIN, OBSERVED, EngineUnavailable, replay
-from .sessions import StoreError, read_conversations
+from .sessions import NothingRecorded, StoreError, read_conversations
 
 __all__ = ["CompareError", "StoreError", "run_compare", "DEFAULT_CONTEXT_LENGTH"]
 
@@ -60,9 +60,9 @@ def parse_engines(value: str | Sequence[str]) -> List[str]:
         if name and name not in engines:
             engines.append(name)
     if not engines:
-        raise CompareError("no engine named (--engines compressor,<name>...)")
+        raise CompareError("no engine named; fix: --engines compressor,<name>...")
     if OBSERVED in engines:
-        raise CompareError("'observed' is this tool's own wrapper: name the engines it would wrap "
+        raise CompareError("'observed' is this tool's own wrapper; fix: name the engines it would wrap "
                            "(compressor, or a plugin's engine name)")
     return engines
 
@@ -78,11 +78,16 @@ def run_compare(*, hermes_home: Optional[str] = None, engines: str | Sequence[st
         raise CompareError(f"--summary must be one of {', '.join(SUMMARY_MODES)}, not {summary!r}")
     if usage not in ("tiktoken", "chars"):
         raise CompareError(f"--usage must be tiktoken or chars, not {usage!r}")
+    if sessions is not None and (isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1):
+        raise CompareError(f"--sessions must be a whole number of at least 1, not {sessions!r}; fix: --sessions 5")
     home = host.hermes_home(hermes_home)
     state_db = home / "state.db"
+    other_home = "" if hermes_home else " (pass --hermes-home for another home)"
+    if state_db.is_dir():
+        raise CompareError(f"{state_db} is a directory, not Hermes' session store; fix: move it away")
     if not state_db.is_file():
         raise CompareError(f"no session store at {state_db}: Hermes has recorded no conversation in that "
-                           f"home (pass --hermes-home)")
+                           f"home{other_home}; fix: have a conversation with Hermes there first")
     user_config = host.load_config(log_errors=False)
     if context_length is None:
         configured = (user_config.get("model") or {}).get("context_length") if isinstance(
@@ -91,15 +96,24 @@ def run_compare(*, hermes_home: Optional[str] = None, engines: str | Sequence[st
             context_length = int(configured) if configured else DEFAULT_CONTEXT_LENGTH
         except (TypeError, ValueError):
             context_length = DEFAULT_CONTEXT_LENGTH
+    minimum = host.minimum_context_length() or 1
+    if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length < minimum:
+        raise CompareError(f"--context-length {context_length!r} is below the {minimum:,} tokens this Hermes "
+                           f"accepts as a model's window; fix: --context-length {max(minimum, DEFAULT_CONTEXT_LENGTH)} "
+                           f"or the model's real window")
     try:
         conversations = read_conversations(state_db, session_ids=list(session_ids) or None,
                                            limit=None if session_ids else sessions,
                                            summary_body=host.compaction_summary_body,
                                            inline_tools=host.AGENT_INLINE_TOOLS)
+    except NothingRecorded as exc:
+        said, _, fix = str(exc).partition("; fix: ")
+        raise CompareError(f"{said}{other_home}; fix: {fix}") from None
     except StoreError as exc:
         raise CompareError(str(exc)) from None
     if not conversations:
-        raise CompareError(f"{state_db} holds no conversation")
+        raise CompareError(f"no conversation is recorded yet in {state_db}: Hermes has not finished a turn "
+                           f"in that home{other_home}; fix: have a conversation with Hermes there first")
     runnable = [c for c in conversations if c.skip is None]
     bar = Progress(len(runnable) * len(engine_names), progress)
     unavailable: Dict[str, str] = {}

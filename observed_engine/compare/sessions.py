@@ -18,10 +18,12 @@ answers the replay's summary requests with them, in order.
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence
+from urllib.parse import quote
 
 # A compacted set's rows are inserted 1e-6 s apart (hermes_state._insert_message_rows);
 # rows appended one by one are milliseconds apart at the least.
@@ -56,19 +58,35 @@ class Conversation:
         return out
 
 
+class NothingRecorded(StoreError):
+    """The session store is there but holds no conversation yet (an empty state.db)."""
+
+
 def open_store(path: Path) -> sqlite3.Connection:
+    if path.is_dir():
+        raise StoreError(f"{path} is a directory, not Hermes' session store; fix: move it away")
     if not path.is_file():
-        raise StoreError(f"no session store at {path} (Hermes writes state.db in its home; "
-                         f"pass --hermes-home)")
+        raise StoreError(f"no session store at {path} (Hermes writes state.db in its home); fix: pass the "
+                         f"--hermes-home Hermes runs with")
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        # read-only; and without a -wal file (no Hermes has it open), immutable too: a plain
+        # read-only open of a WAL database would leave a -wal and a -shm file in the home
+        uri = f"file:{quote(os.fsencode(os.path.abspath(path)))}?mode=ro"
+        conn = sqlite3.connect(uri if os.path.exists(f"{path}-wal") else uri + "&immutable=1", uri=True)
         conn.row_factory = sqlite3.Row
         tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     except sqlite3.DatabaseError as exc:
-        raise StoreError(f"{path} is not a readable SQLite file ({exc})") from None
+        raise StoreError(f"{path} is not a readable SQLite file ({exc}); fix: pass the --hermes-home whose "
+                         f"state.db Hermes writes") from None
+    if not tables:
+        # an empty file, or a database Hermes opened before it wrote its schema
+        conn.close()
+        raise NothingRecorded(f"no conversation is recorded yet in {path}: the session store is empty; fix: "
+                              f"have a conversation with Hermes in that home first")
     if not {"sessions", "messages"} <= tables:
         conn.close()
-        raise StoreError(f"{path} has no sessions/messages tables: not a Hermes state.db")
+        raise StoreError(f"{path} has no sessions/messages tables: not a Hermes state.db (another "
+                         f"program's database?); fix: pass the --hermes-home whose state.db Hermes writes")
     return conn
 
 

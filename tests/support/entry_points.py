@@ -71,6 +71,15 @@ def engine_plugin(site: Path, plugin: str, *, engine: str | None = None, module:
     return module
 
 
+def on_path(monkeypatch, site: Path) -> None:
+    """*site* first on ``sys.path`` and on ``PYTHONPATH``, for this test: what a fresh Python
+    started by the command under test (``install``'s selection check) sees too."""
+    import os
+
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH")) if p))
+
+
 def forget_modules(*names: str) -> None:
     for name in names:
         sys.modules.pop(name, None)
