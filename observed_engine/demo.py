@@ -542,17 +542,21 @@ def choose_dashboard_port(host: str, requested: Optional[int], start: int = DEFA
         if not port_in_use(host, port):
             return port, None
         if requested is not None:
-            raise DemoArgumentError(f"--port {port}: {_netloc(host, port)} is already in use; "
-                                    "fix: stop what listens there, or pass another --port")
+            raise DemoArgumentError(f"--port {port}: {_netloc(host, port)} is in use by another program; "
+                                    "fix: --port with a free port, or no --port (the demo then takes the next free one)")
         for candidate in range(port + 1, min(port + 1 + NEARBY_PORTS, 65536)):
             if not port_in_use(host, candidate):
                 break
         else:
             candidate = _any_free_port(host)
     except OSError as exc:
-        raise DemoArgumentError(f"--host {host}: the dashboard cannot listen there ({exc.strerror or exc}); "
+        why = exc.strerror or str(exc)
+        if exc.errno in (errno.EACCES, errno.EPERM):
+            raise DemoArgumentError(f"--port {port}: this user may not listen on {_netloc(host, port)} ({why}); "
+                                    "fix: --port 1024 or above") from None
+        raise DemoArgumentError(f"--host {host!r}: not an address of this machine ({why}); "
                                 "fix: --host 127.0.0.1") from None
-    return candidate, f"{_netloc(host, port)} is already in use; the dashboard takes port {candidate}"
+    return candidate, f"{_netloc(host, port)} is in use by another program; the dashboard takes port {candidate}"
 
 
 RACE_RETRIES = 3
@@ -723,6 +727,9 @@ def check_arguments(args: argparse.Namespace) -> None:
         if value is not None and not least <= value <= 65535:
             raise DemoArgumentError(f"{flag} {value}: not a TCP port; fix: a port from 1 to 65535"
                                     + (", e.g. --port 8501" if flag == "--port" else ", e.g. --prometheus-port 9464"))
+    if not args.no_dashboard and not args.host.strip():
+        raise DemoArgumentError("--host is empty (Streamlit would listen on every interface); "
+                                "fix: an address to listen on, such as 127.0.0.1")
     minimum = host.minimum_context_length() or 64_000
     if args.context_length < minimum:
         raise DemoArgumentError(f"--context-length {args.context_length}: below Hermes' smallest model window "
@@ -749,7 +756,7 @@ def check_arguments(args: argparse.Namespace) -> None:
             taken = True
         if taken:
             raise DemoArgumentError(f"--prometheus-port {args.prometheus_port}: 127.0.0.1:{args.prometheus_port} "
-                                    "is already in use; fix: another --prometheus-port, or leave it out")
+                                    "is in use by another program; fix: another --prometheus-port, or leave it out")
 
 
 def _existing_ancestor(path: Path) -> Path:

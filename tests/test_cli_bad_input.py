@@ -15,7 +15,7 @@ and must be identical.
 exit 1 (rows with ``code=1``, ``stream="stdout"``), and nothing on stderr; a home that does not
 exist is an operator error like everywhere else.
 
-Rows for ``demo`` go in the same list: ``Case("demo-...", ["demo", ...], "expected text")``.
+Rows for ``demo`` are in the same list (``demo-...``), each with ``--dir`` in the temporary tree.
 """
 
 from __future__ import annotations
@@ -322,6 +322,34 @@ ROWS = [
       )],
     Case("compare-out-read-only", ["compare", "--engines", "compressor", *H, "--out", "{tmp}/ro/report"],
          "is not writable for this user", setup=both(hermes_state_db, dir_at("ro")), ro=("{tmp}/ro",)),
+    # -- demo: every row with --dir in the temporary tree, so the snapshot holds the demo's directory
+    *[Case(f"demo-{name}", ["demo", *argv, "--dir", "{tmp}/demo"], expect)
+      for name, argv, expect in (
+          ("port-out-of-range", ["--port", "99999"], "--port 99999: not a TCP port"),
+          ("port-zero", ["--port", "0"], "--port 0: not a TCP port"),
+          ("port-not-a-number", ["--port", "eighty"], "argument --port: invalid int value: 'eighty'"),
+          ("busy-port", ["--port", "{busy_port}"], "127.0.0.1:{busy_port} is in use by another program"),
+          ("busy-prometheus-port", ["--prometheus-port", "{busy_port}"],
+           "127.0.0.1:{busy_port} is in use by another program"),
+          ("prometheus-port-out-of-range", ["--prometheus-port", "70000"], "--prometheus-port 70000: not a TCP port"),
+          ("sessions-zero", ["--sessions", "0"], "--sessions 0: the number of concurrent sessions must be at least 1"),
+          ("sessions-negative", ["--sessions", "-3"], "--sessions -3:"),
+          ("duration-negative", ["--duration", "-1"], "--duration -1: the seconds to run must be at least 0"),
+          ("duration-nan", ["--duration", "nan"], "--duration nan: not a finite number"),
+          ("turn-delay-negative", ["--turn-delay", "-0.5"], "--turn-delay -0.5:"),
+          ("deadline-zero", ["--deadline", "0"], "--deadline 0:"),
+          ("reply-chars-zero", ["--reply-chars", "0"], "--reply-chars 0:"),
+          ("slow-every-negative", ["--slow-every", "-1"], "--slow-every -1:"),
+          ("context-length-below-hermes", ["--context-length", "1000"], "below Hermes' smallest model window"),
+          ("empty-host", ["--host", ""], "--host is empty"),
+          ("foreign-host", ["--host", "192.0.2.1"], "--host '192.0.2.1': not an address of this machine"),
+          ("host-not-an-address", ["--host", "127.0.0.1 x"], "not an address of this machine"),
+          ("store-is-a-directory", ["--store", "{tmp}"], "is a directory"),
+          ("unknown-flag", ["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+      )],
+    Case("demo-store-under-a-file", ["demo", "--store", "{tmp}/a-file/demo.sqlite"], "is a file, not a directory",
+         setup=file_at("a-file")),
+    Case("demo-dir-is-a-file", ["demo", "--dir", "{tmp}/a-file"], "--dir {tmp}/a-file:", setup=file_at("a-file")),
 ]
 
 
@@ -446,4 +474,4 @@ def test_the_table_covers_every_command():
     parser = cli.build_parser()
     commands = next(a for a in parser._actions if a.dest == "command").choices
     covered = {c.argv[0] for c in ROWS}
-    assert set(commands) - {"demo"} <= covered, set(commands) - covered
+    assert set(commands) <= covered, set(commands) - covered

@@ -322,7 +322,7 @@ def test_a_taken_default_port_gives_way_and_the_printed_address_is_the_demos(dem
     out = seen["out"]
     assert seen["rc"] == 0, out[-3000:]
     assert seen["port"] != DEFAULT_PORT, out[-3000:]
-    notes = re.findall(r"demo: 127\.0\.0\.1:(\d+) is already in use; the dashboard takes port (\d+)", out)
+    notes = re.findall(r"demo: 127\.0\.0\.1:(\d+) is in use by another program; the dashboard takes port (\d+)", out)
     # 8501 first; then, only if another demo took the next port meanwhile, the ports after it
     assert notes and notes[0][0] == str(DEFAULT_PORT) and notes[-1][1] == str(seen["port"]), out[-3000:]
     assert f"dashboard on http://127.0.0.1:{DEFAULT_PORT} " not in out
@@ -366,7 +366,7 @@ def test_an_explicit_port_that_is_taken_is_refused_in_one_line(tmp_path):
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert proc.stdout == ""
     assert proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert f"--port {port}: 127.0.0.1:{port} is already in use; fix:" in proc.stderr
+    assert f"--port {port}: 127.0.0.1:{port} is in use by another program; fix:" in proc.stderr
     assert not (tmp_path / "demo").exists() and not tree(home)
 
 
@@ -389,60 +389,8 @@ def test_a_dashboard_that_cannot_start_is_said_in_one_line(tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-BAD_ARGUMENTS = [
-    (["--port", "99999"], "--port 99999"),
-    (["--port", "0"], "--port 0"),
-    (["--port", "eighty"], "--port"),
-    (["--sessions", "0"], "--sessions 0"),
-    (["--sessions", "-3"], "--sessions -3"),
-    (["--duration", "-1"], "--duration -1"),
-    (["--duration", "nan"], "--duration nan"),
-    (["--turn-delay", "-0.5"], "--turn-delay -0.5"),
-    (["--deadline", "0"], "--deadline 0"),
-    (["--reply-chars", "0"], "--reply-chars 0"),
-    (["--slow-every", "-1"], "--slow-every -1"),
-    (["--context-length", "1000"], "--context-length 1000"),
-    (["--prometheus-port", "70000"], "--prometheus-port 70000"),
-    (["--host", "192.0.2.1"], "--host 192.0.2.1"),        # TEST-NET-1: no interface of this machine
-    (["--store", "{tmp}"], "is a directory"),
-    (["--store", "{tmp}/a-file/demo.sqlite"], "is a file"),
-    (["--dir", "{tmp}/a-file"], "is a file"),
-    (["--no-such-flag"], "--no-such-flag"),
-]
-
-
-@pytest.mark.parametrize("argv,names", BAD_ARGUMENTS, ids=[" ".join(a) for a, _ in BAD_ARGUMENTS])
-def test_a_wrong_argument_is_one_line_and_exit_2_and_creates_nothing(argv, names, tmp_path, monkeypatch, capsys):
-    from observed_engine import cli
-
-    for name, value in bare_env(tmp_path / "home").items():
-        monkeypatch.setenv(name, value)
-    for name in set(os.environ) - set(bare_env(tmp_path / "home")):
-        monkeypatch.delenv(name)
-    (tmp_path / "home").mkdir()
-    (tmp_path / "a-file").write_text("not a directory\n")
-    monkeypatch.chdir(tmp_path)
-    before = tree(tmp_path)
-    assert cli.main(["demo", *[a.format(tmp=tmp_path) for a in argv]]) == 2
-    out = capsys.readouterr()
-    assert out.out == ""
-    assert out.err.count("\n") == 1 and out.err.startswith("observed-engine demo: "), out.err
-    assert names.format(tmp=tmp_path) in out.err and "fix:" in out.err, out.err
-    assert tree(tmp_path) == before
-
-
-def test_a_taken_prometheus_port_is_refused(tmp_path, monkeypatch, capsys):
-    from observed_engine import cli
-
-    monkeypatch.setenv("HOME", str(tmp_path))
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        assert cli.main(["demo", "--prometheus-port", str(port), "--store", str(tmp_path / "demo" / "x.sqlite")]) == 2
-    err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"--prometheus-port {port}: 127.0.0.1:{port} is already in use; fix:" in err
-    assert not (tmp_path / "demo").exists()
+# The demo's wrong arguments (ports, counts, durations, the window, --store, --dir, --host, a
+# taken --prometheus-port, argparse's own errors) are rows of tests/test_cli_bad_input.py.
 
 
 def test_a_server_that_took_the_port_meanwhile_is_not_the_dashboard(tmp_path):
