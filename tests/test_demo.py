@@ -47,17 +47,59 @@ def demo_env(tmp_path: Path) -> dict:
 
 TRAFFIC = ["--sessions", "3", "--turn-delay", "0.02", "--deadline", "0.5", "--slow-every", "3", "--fail-every", "2",
            "--router-every", "2", "--reply-chars", "60000"]
-DURATION = "40"
+MOST_SECONDS = 180          # the run stops once the store shows what the tests read (~40 s on an idle machine)
+
+
+def _store_shows_it_all(store: Path) -> bool:
+    """What test_demo_fills_the_store reads that takes the traffic a while: both engines
+    compressed, a compress past its deadline, a summary failure, the router's changed and
+    unchanged selections, the host's check after a compaction."""
+    if not store.exists():
+        return False
+    try:
+        facts = store_facts(store)
+    except Exception:                        # the demo is still creating it
+        return False
+    compressed = all(facts.compress.get(e, {}).get("compressed", 0) >= 1 for e in ("compressor", "topic-router"))
+    router = facts.selections.get("topic-router", {})
+    if not (compressed and router.get("changed_selection", 0) >= 1 and router.get("unchanged", 0) >= 1
+            and any(r["event"] == "deadline_exceeded" for r in facts.incidents)
+            and any(facts.summary_failures.values())):
+        return False
+    import sqlite3
+
+    with sqlite3.connect(f"file:{store}?mode=ro", uri=True, timeout=10) as db:
+        return db.execute("SELECT 1 FROM events c JOIN events n ON n.session = c.session AND n.ts > c.ts "
+                          "AND n.hook = 'should_compress' WHERE c.hook = 'compress' AND c.event = 'call' "
+                          "AND c.outcome = 'compressed' AND c.session IS NOT NULL LIMIT 1").fetchone() is not None
 
 
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
-    """``observed-engine demo --duration 40 --no-dashboard ...`` once: (its output, the store's facts, home)."""
+    """``observed-engine demo --no-dashboard ...`` once, stopped by SIGTERM when the store shows
+    what the tests read (at most MOST_SECONDS: a fixed duration was too short on a loaded machine,
+    load average 15 on 2 cores): (its output, the store's facts, home)."""
     tmp_path = tmp_path_factory.mktemp("demo")
     store = tmp_path / "demo" / "demo.sqlite"
-    proc = subprocess.run(demo_command() + ["--duration", DURATION, "--no-dashboard", *TRAFFIC, "--store", str(store)],
-                          cwd=tmp_path, env=demo_env(tmp_path), capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    out, err = tmp_path / "demo.out", tmp_path / "demo.err"
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        proc = subprocess.Popen(demo_command() + ["--no-dashboard", *TRAFFIC, "--store", str(store)],
+                                cwd=tmp_path, env=demo_env(tmp_path), stdout=stdout, stderr=stderr)
+    try:
+        started = time.monotonic()
+        while proc.poll() is None and time.monotonic() - started < MOST_SECONDS:
+            time.sleep(2.0)
+            if _store_shows_it_all(store):
+                break
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+    text = out.read_text(errors="replace")
+    assert proc.returncode == 0, text[-2000:] + err.read_text(errors="replace")[-4000:]
+    proc = subprocess.CompletedProcess(proc.args, proc.returncode, text, err.read_text(errors="replace"))
     return proc.stdout, store_facts(store), tmp_path
 
 
