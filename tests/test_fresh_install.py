@@ -64,6 +64,7 @@ def fresh_venv(tmp_path_factory):
         pytest.skip(message)
     tmp = tmp_path_factory.mktemp("fresh-install")
     (tmp / "home").mkdir()
+    (tmp / "hermes-home").mkdir()             # a Hermes home, as `hermes setup` leaves one (doctor reads it)
     env = clean_env(tmp)
     offline = ["--no-index", "--find-links", str(WHEELHOUSE)]
     dist = tmp / "dist"
