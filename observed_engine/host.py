@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 from .contract.hooks import overrides_default
 from .contract.records import record
@@ -928,3 +928,85 @@ def replay_tool_results(agent: Any, results: Mapping[str, Any], names) -> "Any":
             agent.__dict__.pop("_invoke_tool", None)
 
     return _cm()
+
+
+# -- settings and toolsets as the host reads them (observed-engine tune) ----------------------
+
+def config_defaults(*path: str) -> Dict[str, Any]:
+    """A copy of the section of Hermes' ``DEFAULT_CONFIG`` at ``path`` (``("compression",)``,
+    ``("auxiliary", "compression")``): the keys that section accepts and their defaults; {}
+    without Hermes or for a section it does not have."""
+    try:
+        from hermes_cli.config import DEFAULT_CONFIG
+    except Exception:
+        return {}
+    node: Any = DEFAULT_CONFIG
+    for key in path:
+        node = node.get(key) if isinstance(node, dict) else None
+    return dict(node) if isinstance(node, dict) else {}
+
+
+def engine_manifest(name: str) -> Optional[Dict[str, Any]]:
+    """The ``plugin.yaml`` an engine ships (a bundled directory engine's, or a pip plugin's next
+    to the module its entry point names), parsed; None when there is none."""
+    import importlib.util
+
+    import yaml
+
+    candidates: List[Path] = []
+    bundled = bundled_engines_dir()
+    if bundled is not None:
+        candidates.append(bundled / name / "plugin.yaml")
+    for ep in entry_points():
+        if ep.name != name and ep.name.replace("_", "-") != name:
+            continue
+        try:
+            spec = importlib.util.find_spec(ep.module.split(":")[0])
+        except Exception:
+            spec = None
+        if spec is not None and spec.origin:
+            candidates.append(Path(spec.origin).parent / "plugin.yaml")
+    for path in candidates:
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
+        except Exception:
+            continue
+        if isinstance(data, dict):
+            return data
+    return None
+
+
+def configured_toolsets(config: Mapping[str, Any], platform: str) -> Dict[str, Any]:
+    """The toolsets an agent of ``platform`` ("cli", "telegram", ...) gets from ``config``,
+    resolved as Hermes' own prompt-size diagnostic does (``_get_platform_tools``, the
+    ``agent.disabled_toolsets``), without MCP servers (connecting them would start their
+    processes): ``{"enabled": [...], "disabled": [...]}``. Raises ImportError without Hermes."""
+    from hermes_cli.tools_config import _get_platform_tools
+
+    enabled = sorted(_get_platform_tools(dict(config), platform or "cli", include_default_mcp_servers=False))
+    agent_cfg = config.get("agent") if isinstance(config.get("agent"), dict) else {}
+    disabled = [str(t) for t in (agent_cfg.get("disabled_toolsets") or [])]
+    return {"enabled": enabled, "disabled": disabled}
+
+
+def tool_definitions(toolsets: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """The tool schemas an agent with these toolsets sends (``model_tools.get_tool_definitions``),
+    computed in this process: some schemas name paths of the current HERMES_HOME and depend on
+    this environment's keys and binaries, as they do for the operator's own agents."""
+    from model_tools import get_tool_definitions
+
+    tools = get_tool_definitions(enabled_toolsets=list(toolsets.get("enabled") or []),
+                                 disabled_toolsets=list(toolsets.get("disabled") or []) or None, quiet_mode=True)
+    return [dict(t) for t in tools or []]
+
+
+def use_tool_schemas(agent: Any, schemas: List[Dict[str, Any]]) -> None:
+    """Give ``agent`` these tool schemas (computed elsewhere by :func:`tool_definitions`) in
+    place of those it built, keeping the context engine's own tools after them, as the host
+    orders them at init."""
+    engine_tools = set(getattr(agent, "_context_engine_tool_names", None) or ())
+    own = [t for t in (agent.tools or []) if isinstance(t, dict)
+           and t.get("function", {}).get("name") in engine_tools]
+    tools = [dict(s) for s in schemas] + own
+    agent.tools = tools
+    agent.valid_tool_names = {t.get("function", {}).get("name") for t in tools if t.get("function", {}).get("name")}

@@ -51,7 +51,7 @@ echo "test.sh: ruff check"
 # OBSERVED_TEST_GROUPS=1 runs everything in one process.
 GROUP_B=(tests/test_dashboard_browser.py tests/test_dashboard_demo_browser.py tests/test_demo.py
          tests/test_concurrency_load.py tests/test_compare.py tests/test_dashboard_apptest.py
-         tests/test_dashboard_security.py tests/test_benchmarks.py)
+         tests/test_dashboard_security.py tests/test_benchmarks.py tests/test_tune.py)
 ignores=()
 if [ "$#" = 0 ] && [ "${OBSERVED_TEST_GROUPS:-2}" != 1 ]; then
   present=()

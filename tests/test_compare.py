@@ -96,11 +96,18 @@ def _record(base: Path, *, in_place: bool = True) -> dict:
                 f"model:\n  default: {MODEL}\n  provider: custom\n  base_url: {llm.base_url}\n"
                 f"  context_length: {WINDOW}\n"
                 "compression:\n  protect_first_n: 1\n  protect_last_n: 2\n"
-                f"  in_place: {'true' if in_place else 'false'}\n", encoding="utf-8")
+                f"  in_place: {'true' if in_place else 'false'}\n"
+                # no background skill review: its requests would take this fake LLM's numbered answers
+                "skills:\n  creation_nudge_interval: 0\n", encoding="utf-8")
+            # the toolsets `hermes` gives a CLI agent of this config (the default hermes-cli set):
+            # their real schemas are in every request, as the replay must send them too
+            toolsets = host.configured_toolsets(host.load_config(), "cli")
             agent = host.ai_agent_class()(
                 base_url=llm.base_url, api_key="sk-fake", provider="custom", model=MODEL, quiet_mode=True,
-                skip_context_files=True, skip_memory=True, enabled_toolsets=[], max_iterations=4,
+                skip_context_files=True, skip_memory=True, enabled_toolsets=toolsets["enabled"],
+                disabled_toolsets=toolsets["disabled"] or None, max_iterations=4,
                 save_trajectories=False, session_db=host.session_db(home / "state.db"))
+            tools = len(agent.tools or [])
             observe(agent.context_compressor, settings={"store": {"path": str(base / "live.sqlite")}},
                     registry=registry)
             history = None
@@ -116,7 +123,8 @@ def _record(base: Path, *, in_place: bool = True) -> dict:
         mp.undo()
     live = [r for r in _rows(base / "live.sqlite") if r["hook"] == "compress" and r["event"] == "call"]
     assert len(live) >= 3 and all(r["outcome"] == "compressed" for r in live), live
-    return {"home": home, "base": base, "live": live, "session": live_session}
+    assert tools >= 10, tools            # the real tool surface, not an empty one
+    return {"home": home, "base": base, "live": live, "session": live_session, "tools": tools}
 
 
 @pytest.fixture(scope="module")

@@ -1,5 +1,6 @@
 """Compare engines: two engines side by side over the same (cached) queries as the other tabs, or
-a replay run of ``observed-engine compare`` (compare_replay.py), shown apart from live data."""
+a replay run of ``observed-engine compare`` (compare_replay.py) or a sweep of ``observed-engine
+tune`` (tune_sweeps.py), shown apart from live data."""
 
 from __future__ import annotations
 
@@ -13,10 +14,11 @@ from observed_engine.contract import vocabulary as vocab
 from .. import charts
 from ..context import Ctx, chart
 from ..format import fmt_int, fmt_pct, fmt_seconds, fmt_tokens, literal
-from . import compare_replay
+from . import compare_replay, tune_sweeps
 
 TITLE = "Compare engines"
 LIVE, REPLAY = "Live traffic", "Replay run (observed-engine compare)"
+SWEEP = "Sweep (observed-engine tune)"
 TIMEOUT_EVENTS = (vocab.DEADLINE_EXCEEDED, vocab.HOST_REPORTED)
 FORMATS = {"compress p50": fmt_seconds, "compress p95": fmt_seconds, "compress p99": fmt_seconds,
            "tokens after / before": lambda v: fmt_pct(v, 0), "churn rate": fmt_pct,
@@ -57,8 +59,12 @@ def metrics_of(eng, comp, sel, lat, inc) -> dict:
 
 
 def render(ctx: Ctx) -> None:
-    if st.radio("Data", (LIVE, REPLAY), horizontal=True, key="compare_data") == REPLAY:
+    data = st.radio("Data", (LIVE, REPLAY, SWEEP), horizontal=True, key="compare_data")
+    if data == REPLAY:
         compare_replay.render()
+        return
+    if data == SWEEP:
+        tune_sweeps.render()
         return
     engines = list(ctx.all_engines)
     if len(engines) < 2:

@@ -6,6 +6,7 @@
     observed-engine dashboard [--store PATH | --prometheus URL] [--host H] [--port P] [--allow-source-change]
     observed-engine demo ...  (see observed_engine.demo)
     observed-engine compare   --engines compressor,<name> [--hermes-home DIR] [--sessions N | --session ID] [--out DIR]
+    observed-engine tune      [--engine compressor] [--grid KEY=VALUES ...] [--objective M1,M2] [--jobs N] [--out DIR]
     observed-engine --version
 
 Also ``python -m observed_engine ...``. One module per command (install, uninstall, doctor,
@@ -29,7 +30,7 @@ from typing import List, Optional
 
 from .. import host
 from ..version import __version__
-from . import compare, dashboard, demo, doctor, install, uninstall
+from . import compare, dashboard, demo, doctor, install, tune, uninstall
 from .errors import CliError
 
 EXIT_BROKEN_PIPE = 141
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     dashboard.add_parser(sub)
     demo.add_parser(sub)
     compare.add_parser(sub, HOME_HELP)
+    tune.add_parser(sub, HOME_HELP)
     return parser
 
 

@@ -50,7 +50,7 @@ def cmd_compare(args) -> int:
                                       sessions=args.sessions, session_ids=args.session or (),
                                       summary=args.summary, usage=args.usage,
                                       context_length=args.context_length, out=out,
-                                      progress=None if args.quiet else sys.stderr)
+                                      progress=None if args.quiet else sys.stderr, jobs=args.jobs)
     except compare.CompareError as exc:
         raise CliError(str(exc)) from None
     if args.json:
@@ -65,7 +65,8 @@ def cmd_compare(args) -> int:
 def add_parser(sub, home_help: str) -> None:
     p = sub.add_parser("compare", help="replay recorded conversations through several engines and compare them")
     p.add_argument("--engines", required=True, metavar="A,B,...",
-                   help="engines to compare: compressor (the built-in) and plugin engine names")
+                   help="engines to compare: compressor (the built-in) and plugin engine names, each optionally "
+                        "with settings: compressor@threshold=0.8,protect_last_n=10")
     p.add_argument("--hermes-home", metavar="DIR", help=home_help)
     which = p.add_mutually_exclusive_group()
     which.add_argument("--sessions", type=inputs.positive_int, default=5, metavar="N",
@@ -82,4 +83,5 @@ def add_parser(sub, home_help: str) -> None:
                                                 "(default $HERMES_HOME/observed/compare/<time>/)")
     p.add_argument("--json", action="store_true", help="print the JSON report instead of the Markdown one")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--jobs", type=int, default=1, metavar="N", help="replay in N worker processes (default 1)")
     p.set_defaults(func=cmd_compare)

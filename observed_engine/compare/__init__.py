@@ -15,9 +15,10 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from .. import host
 from ..version import __version__
-from . import report as report_mod
-from .replay import BUILTIN, OBSERVED, EngineUnavailable, replay
+from . import fidelity, report as report_mod, sweep
+from .replay import BUILTIN
 from .sessions import NothingRecorded, StoreError, read_conversations
+from .variants import Variant, VariantError, parse_variants
 
 __all__ = ["CompareError", "StoreError", "run_compare", "DEFAULT_CONTEXT_LENGTH"]
 
@@ -29,58 +30,47 @@ class CompareError(Exception):
     """Bad input: the run cannot start (printed as one line by the CLI)."""
 
 
-class Progress:
-    """``[#####.....] 3/6  conversation × engine`` on one stderr line."""
-
-    def __init__(self, total: int, stream: Optional[TextIO]) -> None:
-        self.total, self.done, self.stream = total, 0, stream
-
-    def show(self, label: str) -> None:
-        if self.stream is None or self.total <= 0:
-            return
-        width = 30
-        filled = int(width * self.done / self.total)
-        self.stream.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total}  {label[:60]:<60}")
-        self.stream.flush()
-
-    def step(self, label: str) -> None:
-        self.done += 1
-        self.show(label)
-
-    def close(self) -> None:
-        if self.stream is not None and self.total > 0:
-            self.stream.write("\n")
-            self.stream.flush()
+Progress = sweep.Progress
 
 
-def parse_engines(value: str | Sequence[str]) -> List[str]:
-    names = value.split(",") if isinstance(value, str) else list(value)
-    engines: List[str] = []
-    for name in (n.strip() for n in names):
-        if name and name not in engines:
-            engines.append(name)
-    if not engines:
-        raise CompareError("no engine named; fix: --engines compressor,<name>...")
-    if OBSERVED in engines:
-        raise CompareError("'observed' is this tool's own wrapper; fix: name the engines it would wrap "
-                           "(compressor, or a plugin's engine name)")
-    return engines
+def parse_engines(value: str | Sequence[str], user_config: Optional[Dict[str, Any]] = None) -> List[Variant]:
+    """``--engines``: engines and variants (``engine@key=value,...``, ``variants``), validated."""
+    try:
+        return parse_variants(value, user_config)
+    except VariantError as exc:
+        raise CompareError(str(exc)) from None
+
+
+def _config_file(home: Path) -> Dict[str, Any]:
+    """``home``'s config.yaml as written (read only, without Hermes: loading it through Hermes
+    prepares the home's folders), for validating a plugin engine's settings; {} when unreadable."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((home / "config.yaml").read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def run_compare(*, hermes_home: Optional[str] = None, engines: str | Sequence[str] = (BUILTIN,),
                 sessions: Optional[int] = 5, session_ids: Sequence[str] = (), summary: str = "offline",
                 usage: str = "tiktoken", context_length: Optional[int] = None,
-                out: Optional[Path] = None, progress: Optional[TextIO] = sys.stderr) -> Dict[str, Any]:
-    """Replay the recorded conversations through ``engines``; the report (also written to
-    ``out`` as compare.json and compare.md when given)."""
-    engine_names = parse_engines(engines)
+                out: Optional[Path] = None, progress: Optional[TextIO] = sys.stderr, jobs: int = 1) -> Dict[str, Any]:
+    """Replay the recorded conversations through ``engines`` (names or variants,
+    ``engine@key=value``), in ``jobs`` processes; the report (also written to ``out`` as
+    compare.json and compare.md when given)."""
+    home = host.hermes_home(hermes_home)
+    variants = parse_engines(engines, _config_file(home))
+    engine_names = [v.label for v in variants]
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise CompareError(f"--jobs must be a whole number of at least 1, not {jobs!r}; fix: --jobs 2")
     if summary not in SUMMARY_MODES:
         raise CompareError(f"--summary must be one of {', '.join(SUMMARY_MODES)}, not {summary!r}")
     if usage not in ("tiktoken", "chars"):
         raise CompareError(f"--usage must be tiktoken or chars, not {usage!r}")
     if sessions is not None and (isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1):
         raise CompareError(f"--sessions must be a whole number of at least 1, not {sessions!r}; fix: --sessions 5")
-    home = host.hermes_home(hermes_home)
     state_db = home / "state.db"
     other_home = "" if hermes_home else " (pass --hermes-home for another home)"
     if state_db.is_dir():
@@ -115,11 +105,16 @@ def run_compare(*, hermes_home: Optional[str] = None, engines: str | Sequence[st
         raise CompareError(f"no conversation is recorded yet in {state_db}: Hermes has not finished a turn "
                            f"in that home{other_home}; fix: have a conversation with Hermes there first")
     runnable = [c for c in conversations if c.skip is None]
-    bar = Progress(len(runnable) * len(engine_names), progress)
+    recorded = fidelity.recorded_usage(state_db, runnable)
+    platforms = {c.session_id: (recorded.get(c.session_id) or {}).get("source") or "cli" for c in runnable}
+    toolsets = fidelity.toolsets_by_platform(user_config, platforms.values(), home)
+    started = time.time()
+    run = sweep.run_jobs(runnable, variants, user_config=user_config, context_length=context_length,
+                         summary=summary, usage=usage, toolsets_for=lambda c: toolsets[platforms[c.session_id]],
+                         jobs=jobs, out=None, progress=progress)
     unavailable: Dict[str, str] = {}
     per_engine: Dict[str, List[Dict[str, Any]]] = {e: [] for e in engine_names}
     conv_out: List[Dict[str, Any]] = []
-    started = time.time()
     for conv in conversations:
         entry: Dict[str, Any] = {"session_id": conv.session_id, "sessions": conv.sessions, "model": conv.model,
                                  "turns": len(conv.turns), "messages": len(conv.messages),
@@ -130,25 +125,15 @@ def run_compare(*, hermes_home: Optional[str] = None, engines: str | Sequence[st
         conv_out.append(entry)
         if conv.skip:
             continue
-        for engine in engine_names:
-            label = f"{conv.session_id} × {engine}"
-            bar.show(label)
-            if engine in unavailable:
-                result = {"status": "skipped", "reason": unavailable[engine]}
-            else:
-                try:
-                    raw = replay(conv, engine, user_config=user_config, context_length=context_length,
-                                 summary=summary, usage=usage)
-                    result = report_mod.summarise_replay(raw, context_length)
-                except EngineUnavailable as exc:
-                    unavailable[engine] = str(exc)
-                    result = {"status": "skipped", "reason": str(exc)}
-                except Exception as exc:   # the replay itself broke: this pair only
-                    result = {"status": "skipped", "reason": f"the replay failed: {type(exc).__name__}: {exc}"}
-            entry["engines"][engine] = result
-            per_engine[engine].append(result)
-            bar.step(label)
-    bar.close()
+        for variant in variants:
+            result = run["results"].get((conv.session_id, variant.label)) or {
+                "status": "skipped", "reason": "not replayed"}
+            if result.get("unavailable"):
+                unavailable.setdefault(variant.label, result["reason"])
+            entry["engines"][variant.label] = result
+            per_engine[variant.label].append(result)
+        current = next((entry["engines"][v.label] for v in variants if v.current), None)
+        entry["prompt_size"] = fidelity.prompt_size(recorded.get(conv.session_id), current)
     totals: Dict[str, Any] = {}
     for engine in engine_names:
         totals[engine] = report_mod.engine_totals(per_engine[engine])

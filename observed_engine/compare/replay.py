@@ -12,8 +12,15 @@ answered by the replay LLM with the next recorded reply, so preflight, ``compres
 the real-usage sentinels and the cooldowns run as in production. The recorded tool calls are
 answered with the recorded results (``host.replay_tool_results``): no tool runs.
 
-Replays run one at a time: each sets HERMES_HOME and the built-in's ``call_llm`` for the process
-while it runs (and puts them back).
+The agent gets the toolsets the operator's configuration enables for the conversation's
+platform (``host.configured_toolsets``: their real schemas; recorded tools outside them, such as
+an MCP server's, get a minimal schema). A variant (``variants.Variant``) changes the engine's
+settings in that config.yaml (or, for an engine that reads the environment, in variables set
+while the replay runs).
+
+Replays run one at a time per process: each sets HERMES_HOME, the built-in's ``call_llm`` and a
+variant's variables for the process while it runs (and puts them back). A caller that replays
+many conversations in one process passes its own ``server`` (reset for each replay).
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ import time
 from contextlib import contextmanager, redirect_stdout
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Mapping, Optional
 
 import yaml
 
@@ -37,9 +44,9 @@ from ..api import observe
 from ..pipeline import Registry
 from .replay_server import ReplayServer
 from .sessions import Conversation, tool_names, tool_results
+from .variants import BUILTIN, OBSERVED, Variant, as_variant
 
-BUILTIN = "compressor"
-OBSERVED = "observed"
+__all__ = ["BUILTIN", "OBSERVED", "EngineUnavailable", "replay", "replay_config"]
 
 
 class EngineUnavailable(Exception):
@@ -74,6 +81,38 @@ class OfflineSummariser:
         return SimpleNamespace(choices=[SimpleNamespace(message=message, finish_reason="stop")], usage=None)
 
 
+class SummaryMeter:
+    """Wraps the built-in's ``call_llm`` (the offline summariser or the configured one) and
+    counts what each summary call costs: the tokens of the messages it sends and of the summary
+    it gets back, counted as the replay LLM counts usage."""
+
+    def __init__(self, call, count_text) -> None:
+        self.call, self.count_text = call, count_text
+        self.calls = 0
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        for m in kwargs.get("messages") or []:
+            if isinstance(m, dict):
+                self.prompt_tokens += self.count_text(_text(m.get("content")))
+        response = self.call(*args, **kwargs)
+        try:
+            self.completion_tokens += self.count_text(_text(response.choices[0].message.content))
+        except Exception:
+            pass
+        return response
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content)
+    return "" if content is None else str(content)
+
+
 @contextmanager
 def _hermes_home(home: Path):
     before = os.environ.get("HERMES_HOME")
@@ -90,25 +129,45 @@ def _hermes_home(home: Path):
 
 
 @contextmanager
-def _summariser(fn):
-    if fn is None:
-        yield
-        return
+def _summariser(fn, count_text):
+    """The built-in's ``call_llm`` metered (``fn`` in its place when given) while the replay runs."""
     cc = host.compressor_module()
     before = cc.call_llm
-    cc.call_llm = fn
+    meter = SummaryMeter(fn if fn is not None else before, count_text)
+    cc.call_llm = meter
     try:
-        yield
+        yield meter
     finally:
         cc.call_llm = before
 
 
-def replay_config(user_config: Dict[str, Any], engine: str, *, model: str, base_url: str,
-                  context_length: int, summary: str) -> Dict[str, Any]:
+@contextmanager
+def _environment(env: Mapping[str, str]):
+    before = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def replay_config(user_config: Dict[str, Any], engine: "str | Variant", *, model: str, base_url: str,
+                  context_length: int, summary: str, env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """The replay home's config.yaml; a variant's settings written into it (its variables, for
+    an engine that reads the environment, into ``env``)."""
+    variant = as_variant(engine)
+    engine = variant.engine
     cfg: Dict[str, Any] = {
         "model": {"default": model, "provider": "custom", "base_url": base_url,
                   "context_length": int(context_length)},
         "context": {"engine": engine},
+        # Hermes' background skill review forks an agent after some turns; it never touches the
+        # conversation, and its requests would take recorded replies: off in the replay.
+        "skills": {"creation_nudge_interval": 0},
     }
     for section in ("compression",) + (("auxiliary",) if summary == "configured" else ()):
         if isinstance(user_config.get(section), dict):
@@ -122,7 +181,20 @@ def replay_config(user_config: Dict[str, Any], engine: str, *, model: str, base_
         cfg["plugins"] = plugins
         if isinstance(user_config.get(engine), dict):
             cfg[engine] = copy.deepcopy(user_config[engine])
+    variables = variant.apply(cfg)
+    if env is not None:
+        env.update(variables)
     return cfg
+
+
+def scratch_dir() -> Optional[str]:
+    """Where replay homes go: a memory file system when there is one (``/dev/shm``: Hermes'
+    session store commits after every message, and a replay's store is thrown away), else the
+    default temporary directory."""
+    shm = "/dev/shm"
+    if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK):
+        return shm
+    return None
 
 
 def _count(model: str, messages: List[Any]) -> Optional[int]:
@@ -165,14 +237,38 @@ def _run_turns(agent: Any, server: ReplayServer, turns: List[Dict[str, Any]], ou
         out["turns_done"] = n
 
 
-def replay(conv: Conversation, engine: str, *, user_config: Dict[str, Any], context_length: int,
-           summary: str = "offline", usage: str = "tiktoken") -> Dict[str, Any]:
-    """Replay ``conv`` through ``engine``; the raw result (rows, requests, turns, errors).
+ENGINE_SETTINGS = ("threshold_tokens", "threshold_percent", "protect_first_n", "protect_last_n",
+                   "summary_target_ratio", "context_length")
 
+
+def _engine_settings(inner: Any) -> Dict[str, Any]:
+    """What the engine made of its settings (the built-in floors and clamps some): the
+    attributes it holds after the host built it."""
+    out = {}
+    for name in ENGINE_SETTINGS:
+        value = getattr(inner, name, None)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            out[name] = value
+    return out
+
+
+def replay(conv: Conversation, engine: "str | Variant", *, user_config: Dict[str, Any], context_length: int,
+           summary: str = "offline", usage: str = "tiktoken", toolsets: Optional[Mapping[str, Any]] = None,
+           server: Optional[ReplayServer] = None) -> Dict[str, Any]:
+    """Replay ``conv`` through ``engine`` (an engine name or a :class:`Variant`); the raw result
+    (rows, requests, turns, errors).
+
+    ``toolsets``: ``{"enabled": [...], "disabled": [...], "schemas": [...]}`` for the agent
+    (default: what ``user_config`` enables for the CLI; ``schemas``, when given, replace the ones
+    the agent builds: see ``fidelity``); ``server``: a running replay LLM to reuse (reset here).
     Raises :class:`EngineUnavailable` when the host cannot load the engine; any other
     exception of the host (an engine that raises into it) ends the replay and is reported in
     ``error`` with what was measured until then."""
-    tmp = Path(tempfile.mkdtemp(prefix="observed-compare-"))
+    variant = as_variant(engine)
+    engine = variant.engine
+    if toolsets is None:
+        toolsets = host.configured_toolsets(user_config, "cli")
+    tmp = Path(tempfile.mkdtemp(prefix="observed-compare-", dir=scratch_dir()))
     home = tmp / "home"
     home.mkdir()
     store = tmp / "telemetry.sqlite"
@@ -180,18 +276,30 @@ def replay(conv: Conversation, engine: str, *, user_config: Dict[str, Any], cont
     replies = [r for t in turns for r in t["replies"] if r["role"] == "assistant"]
     offline = OfflineSummariser(conv.summaries) if summary == "offline" else None
     model = conv.model or "replay-model"
-    out: Dict[str, Any] = {"error": None, "divergences": [], "turns_done": 0, "turns": len(turns)}
+    out: Dict[str, Any] = {"error": None, "divergences": [], "turns_done": 0, "turns": len(turns),
+                           "variant": variant.label, "settings": variant.as_dict(),
+                           "toolsets": list(toolsets.get("enabled") or [])}
     registry = Registry()
+    summarise = offline.text if offline else stand_in_summary
+    own_server = server is None
     try:
-        with ReplayServer(replies, model=model, context_length=context_length, usage=usage,
-                          summarise=(offline.text if offline else stand_in_summary)) as server:
-            cfg = replay_config(user_config, engine, model=model, base_url=server.base_url,
-                                context_length=context_length, summary=summary)
+        if own_server:
+            server = ReplayServer(replies, model=model, context_length=context_length, usage=usage,
+                                  summarise=summarise).start()
+        else:
+            server.reset(replies, model=model, context_length=context_length, summarise=summarise)
+        try:
+            env: Dict[str, str] = {}
+            cfg = replay_config(user_config, variant, model=model, base_url=server.base_url,
+                                context_length=context_length, summary=summary, env=env)
             (home / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-            with _hermes_home(home), _summariser(offline), redirect_stdout(io.StringIO()):
+            with _hermes_home(home), _environment(env), _summariser(offline, server.count_text) as meter, \
+                    redirect_stdout(io.StringIO()):
                 agent = host.ai_agent_class()(
                     base_url=server.base_url, api_key="sk-replay", provider="custom", model=model,
-                    quiet_mode=True, skip_context_files=True, skip_memory=True, enabled_toolsets=[],
+                    quiet_mode=True, skip_context_files=True, skip_memory=True,
+                    enabled_toolsets=list(toolsets.get("enabled") or []),
+                    disabled_toolsets=list(toolsets.get("disabled") or []) or None,
                     max_iterations=max([len(t["replies"]) for t in turns] + [1]) + 2,
                     save_trajectories=False, session_db=host.session_db(home / "state.db"))
                 inner = agent.context_compressor
@@ -203,7 +311,11 @@ def replay(conv: Conversation, engine: str, *, user_config: Dict[str, Any], cont
                     raise EngineUnavailable(
                         f"the host could not load engine {engine!r} (not installed, not enabled, or it failed "
                         f"to load) and fell back to {loaded!r}")
+                if toolsets.get("schemas") is not None:
+                    host.use_tool_schemas(agent, toolsets["schemas"])
                 out["engine_class"] = f"{type(inner).__module__}.{type(inner).__qualname__}"
+                out["engine_settings"] = _engine_settings(inner)
+                out["agent_tools"] = sorted(n for n in (getattr(agent, "valid_tool_names", None) or ()) if n)
                 observe(inner, settings={"traces": False, "metrics": False,
                                          "store": {"path": str(store), "retention_days": 36500},
                                          "prometheus": {"enabled": False}, "otlp": {"enabled": False}},
@@ -221,9 +333,16 @@ def replay(conv: Conversation, engine: str, *, user_config: Dict[str, Any], cont
                 out["final_messages"] = len(history)
                 out["final_tokens"] = _count(model, history)
                 out["summary_calls"] = offline.calls if offline else None
+                out["summary_llm_calls"] = meter.calls + server.summary_requests
+                out["summary_prompt_tokens"] = meter.prompt_tokens + server.summary_prompt_tokens
+                out["summary_completion_tokens"] = meter.completion_tokens + server.summary_completion_tokens
                 out["compression_count"] = getattr(inner, "compression_count", None)
-        out["requests"] = list(server.requests)
-        out["summary_requests_to_replay_llm"] = server.summary_requests
+                out["tools_sent"] = server.tools_sent
+            out["requests"] = list(server.requests)
+            out["summary_requests_to_replay_llm"] = server.summary_requests
+        finally:
+            if own_server:
+                server.stop()
         registry.flush(15)
     finally:
         registry.shutdown(5)

@@ -13,7 +13,10 @@ the previous request past the longest run of leading messages the two share).
 
 A request that carries the built-in summariser's prompt (it reaches this server only when the
 summary model is the main one, ``--summary configured`` without an auxiliary model) is
-answered by ``summarise`` and counted apart.
+answered by ``summarise`` and counted apart (requests and tokens).
+
+One server can serve many replays in turn (``reset`` before each): a sweep's worker keeps one
+for its whole life, so Hermes' per-endpoint probes and caches are paid once per worker.
 """
 
 from __future__ import annotations
@@ -28,33 +31,39 @@ SUMMARY_MARKER = "summarization agent"
 NO_REPLY = "(replay: the recording has no reply for this request)"
 
 
-def _key(message: Any) -> str:
-    return json.dumps(message, sort_keys=True, default=str)
-
-
 class ReplayServer(LoopbackChatServer):
     def __init__(self, replies: List[Dict[str, Any]], *, model: str, context_length: int,
                  usage: str = "tiktoken", summarise: Optional[Callable[[str], str]] = None) -> None:
         if usage not in ("tiktoken", "chars"):
             raise ValueError(f"usage must be 'tiktoken' or 'chars', not {usage!r}")
-        self.model = model
-        self.context_length = context_length
         self.usage = usage
-        self.summarise = summarise or (lambda prompt: f"Summary of {len(prompt)} characters of earlier turns.")
-        self._replies = list(replies)
-        self._next = 0
-        self.turn = 0                                 # set by the replay before each turn
         self._lock = threading.Lock()
-        self._previous: Optional[List[Any]] = None
-        self.requests: List[Dict[str, Any]] = []     # one per chat request: tokens, lost, over
-        self.summary_requests = 0
-        self.unanswered = 0                           # chat requests past the recording
-        self._counter = None
-        if usage == "tiktoken":
-            from ..tokens import counter_for
-
-            self._counter = counter_for("auto", model)
+        self._tools_tokens: Dict[str, int] = {}      # tool schemas' JSON -> tokens (the same every request)
+        self.reset(replies, model=model, context_length=context_length, summarise=summarise)
         super().__init__()
+
+    def reset(self, replies: List[Dict[str, Any]], *, model: str, context_length: int,
+              summarise: Optional[Callable[[str], str]] = None) -> None:
+        """Serve another conversation: its replies, its model, from its first request on."""
+        with self._lock:
+            self.model = model
+            self.context_length = context_length
+            self.summarise = summarise or (lambda prompt: f"Summary of {len(prompt)} characters of earlier turns.")
+            self._replies = list(replies)
+            self._next = 0
+            self.turn = 0                                 # set by the replay before each turn
+            self._previous: Optional[List[Any]] = None
+            self.requests: List[Dict[str, Any]] = []     # one per chat request: tokens, lost, over
+            self.summary_requests = 0
+            self.summary_prompt_tokens = 0
+            self.summary_completion_tokens = 0
+            self.unanswered = 0                           # chat requests past the recording
+            self.tools_sent: Optional[Dict[str, int]] = None   # the first request's tools: count, tokens
+            self._counter = None
+            if self.usage == "tiktoken":
+                from ..tokens import counter_for
+
+                self._counter = counter_for("auto", model)
 
     thread_name = "observed-replay-llm"
     owner = "replay"
@@ -69,11 +78,29 @@ class ReplayServer(LoopbackChatServer):
 
     # -- counting ---------------------------------------------------------------------------
 
-    def _tokens(self, messages: List[Any], tools: Any = None) -> int:
-        tools_text = json.dumps(tools) if tools else ""
+    def count_text(self, text: str) -> int:
+        """Tokens of a text as this server counts usage (tiktoken, or characters / 4)."""
         if self._counter is not None:
-            return self._counter.count_messages(messages) + (self._counter.count_text(tools_text) if tools_text else 0)
-        chars = sum(len(content_text(m.get("content"))) for m in messages if isinstance(m, dict)) + len(tools_text)
+            return self._counter.count_text(text)
+        return len(text) // 4
+
+    def _tools(self, tools: Any) -> int:
+        if not tools:
+            return 0
+        text = json.dumps(tools)
+        known = self._tools_tokens.get(text)
+        if known is None:
+            known = self._tools_tokens[text] = (self._counter.count_text(text) if self._counter is not None
+                                                else len(text))
+            if len(self._tools_tokens) > 64:
+                self._tools_tokens.clear()
+                self._tools_tokens[text] = known
+        return known
+
+    def _tokens(self, messages: List[Any], tools: Any = None) -> int:
+        if self._counter is not None:
+            return self._counter.count_messages(messages) + self._tools(tools)
+        chars = sum(len(content_text(m.get("content"))) for m in messages if isinstance(m, dict)) + self._tools(tools)
         return chars // 4
 
     def respond(self, body: Dict[str, Any]):
@@ -81,9 +108,11 @@ class ReplayServer(LoopbackChatServer):
         tools = body.get("tools") or []
         prompt = self._tokens(messages, tools)
         if any(SUMMARY_MARKER in content_text(m.get("content")) for m in messages):
+            text = self.summarise(content_text(messages[0].get("content")) if messages else "")
             with self._lock:
                 self.summary_requests += 1
-            text = self.summarise(content_text(messages[0].get("content")) if messages else "")
+                self.summary_prompt_tokens += prompt
+                self.summary_completion_tokens += max(1, len(text) // 4)
             return ({"role": "assistant", "content": text},
                     {"prompt_tokens": prompt, "completion_tokens": max(1, len(text) // 4),
                      "total_tokens": prompt + max(1, len(text) // 4)})
@@ -98,11 +127,14 @@ class ReplayServer(LoopbackChatServer):
             if self._previous is not None:
                 prev = self._previous
                 same = 0
-                while same < min(len(prev), len(messages)) and _key(prev[same]) == _key(messages[same]):
+                while same < min(len(prev), len(messages)) and prev[same] == messages[same]:
                     same += 1
                 if same < len(prev):
                     lost = self._tokens(prev) - self._tokens(prev[:same])
             self._previous = messages
+            if self.tools_sent is None:
+                self.tools_sent = {"tools": len(tools) if isinstance(tools, list) else 0,
+                                   "tokens": self._tools(tools)}
             self.requests.append({"prompt_tokens": prompt, "cache_prefix_lost_tokens": max(0, lost),
                                   "over_window": prompt > self.context_length, "messages": len(messages),
                                   "turn": self.turn})

@@ -83,6 +83,14 @@ def summarise_replay(raw: Dict[str, Any], context_length: int) -> Dict[str, Any]
         "context_length": context_length,
         "final_messages": raw.get("final_messages"), "final_tokens": raw.get("final_tokens"),
         "seconds": raw.get("seconds"),
+        # what a sweep ranks and checks (observed-engine tune)
+        "prompt_tokens": int(sum(q.get("prompt_tokens") or 0 for q in requests)),
+        "summary_llm_calls": raw.get("summary_llm_calls"),
+        "summary_prompt_tokens": raw.get("summary_prompt_tokens"),
+        "summary_completion_tokens": raw.get("summary_completion_tokens"),
+        "summary_tokens": (raw.get("summary_prompt_tokens") or 0) + (raw.get("summary_completion_tokens") or 0),
+        "engine_settings": raw.get("engine_settings") or {},
+        "tools_sent": raw.get("tools_sent"), "toolsets": raw.get("toolsets"), "agent_tools": raw.get("agent_tools"),
     }
 
 
