@@ -350,6 +350,27 @@ ROWS = [
     Case("demo-store-under-a-file", ["demo", "--store", "{tmp}/a-file/demo.sqlite"], "is a file, not a directory",
          setup=file_at("a-file")),
     Case("demo-dir-is-a-file", ["demo", "--dir", "{tmp}/a-file"], "--dir {tmp}/a-file:", setup=file_at("a-file")),
+    Case("compare-variant-unknown-key", ["compare", "--engines", "compressor@thresold=0.8", *H],
+         "compressor: unknown setting 'thresold'", setup=hermes_state_db),
+    Case("compare-variant-bad-value", ["compare", "--engines", "compressor@threshold=1.5", *H],
+         "threshold=1.5: must be in (0, 1]", setup=hermes_state_db),
+
+    # -- tune ---------------------------------------------------------------------------------------------
+    Case("tune-no-state-db", ["tune", *H], "no session store at {home}/state.db"),
+    Case("tune-empty-state-db", ["tune", *H], "no conversation is recorded yet in {home}/state.db",
+         setup=hermes_state_db),
+    *[Case(f"tune-{name}", ["tune", *args, *H], expect, setup=hermes_state_db)
+      for name, args, expect in (
+          ("grid-backwards", ["--grid", "threshold=0.9:0.5:0.1"], "needs start <= stop"),
+          ("grid-no-values", ["--grid", "threshold"], "write key=start:stop:step"),
+          ("grid-unknown-key", ["--grid", "thresold=0.8,0.9"], "unknown setting 'thresold'"),
+          ("grid-bad-value", ["--grid", "protect_last_n=4,x"], "protect_last_n=x: must be an integer"),
+          ("objective-unknown", ["--objective", "overflow,speed"], "unknown metric 'speed'"),
+          ("objective-mixed", ["--objective", "summary-tokens=1,cache-lost"], "give every metric a weight or none"),
+          ("plugin-without-grid", ["--engine", "lossless-hermes"], "no default grid for 'lossless-hermes'"),
+          ("jobs-0", ["--jobs", "0"], "--jobs must be 1 or more"),
+          ("variant-other-engine", ["--variant", "lossless-hermes@fresh_tail_count=8"], "a sweep tunes one engine"),
+      )],
 ]
 
 
