@@ -221,6 +221,9 @@ class Replayer:
         from .replay_server import ReplayServer
 
         import_hermes_privately()
+        # tiktoken in this process, as in a worker: the replay LLM counts every request, and the
+        # helper process would be one more process per sweep to feed and to schedule (same counts)
+        os.environ.setdefault("OBSERVED_TOKENIZER_PROCESS", "0")
         self.server = ReplayServer([], model="replay-model", context_length=128_000).start()
         self._servers: Dict[str, Any] = {}
 
