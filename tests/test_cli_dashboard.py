@@ -43,16 +43,28 @@ def home(tmp_path, monkeypatch):
     return h
 
 
+class Launched(list):
+    """The (argv, env) pairs the command would exec; ``listen``: the (host, port) it checked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.listen: list = []
+
+
 @pytest.fixture
 def launched(monkeypatch):
-    """The (argv, env) the command would exec, instead of exec'ing it."""
-    calls = []
+    """The (argv, env) the command would exec, instead of exec'ing it. Whether the port is free
+    is not these tests' subject (the bad-input table and the busy-port test check it): in CI the
+    other pytest process's dashboards may hold 8501 while these run, so the listen check is
+    recorded instead of binding."""
+    calls = Launched()
 
     def fake_exec(argv, env):
         calls.append((argv, env))
         return 0
 
     monkeypatch.setattr(cli_dashboard, "exec_streamlit", fake_exec)
+    monkeypatch.setattr(cli_dashboard.inputs, "listen_address", lambda address, port: calls.listen.append((address, port)))
     return calls
 
 
@@ -78,6 +90,7 @@ def test_default_command(home, launched):
     assert app_args(argv) == ["--store", str(home / "observed" / "telemetry.sqlite")]   # the Hermes home's store
     assert env["OBSERVED_SOURCE"] == "sqlite"
     assert argv == demo_module.dashboard_command(app)                  # the one builder
+    assert launched.listen == [("127.0.0.1", 8501)]                     # checked before Streamlit
 
 
 def test_flags(home, launched, tmp_path):
