@@ -225,12 +225,14 @@ def compressor_resolves_window_lazily(cls: type) -> bool:
 
 def agent_compressor_inputs(building: object) -> Dict[str, Any]:
     """What the host hands its own ``ContextCompressor`` from the agent it is building, read off
-    that agent: ``model``, ``provider``, ``base_url``, ``api_key``, ``api_mode``, ``quiet_mode``,
-    ``max_tokens`` (0.22: ``agent_init._compressor_max_tokens``, the native-Gemini output default
-    when unset), ``config_context_length`` (the agent's ``_config_context_length``; 0.20+ pass it
-    through ``_effective_lmstudio_context_length``, whose LM Studio runtime answer is not known
-    here), ``custom_providers`` and ``minimum_context_length`` (0.22's tool-context floor). Only
-    what the agent holds."""
+    that agent: ``model``, ``provider``, ``base_url``, ``api_key``, ``api_mode``, ``quiet_mode``;
+    and, once the agent is at engine selection (it holds ``_config_context_length``, set just
+    before on every line), ``max_tokens`` (0.22: ``agent_init._compressor_max_tokens``, the
+    native-Gemini output default when unset), ``config_context_length`` (0.20+ through
+    ``_effective_lmstudio_context_length``, whose LM Studio runtime answer is not known here),
+    ``custom_providers`` and ``minimum_context_length`` (0.22's tool-context floor). Earlier in
+    its init (0.20 scans plugins before it reads config.yaml) only a ``max_tokens`` the caller gave
+    is taken: the host fills an unset one from config.yaml later. Only what the agent holds."""
     out: Dict[str, Any] = {}
     for name in ("model", "provider", "base_url", "api_key", "api_mode"):
         if hasattr(building, name):
@@ -238,7 +240,8 @@ def agent_compressor_inputs(building: object) -> Dict[str, Any]:
     quiet = getattr(building, "quiet_mode", None)
     if isinstance(quiet, bool):
         out["quiet_mode"] = quiet
-    if hasattr(building, "max_tokens"):
+    at_selection = hasattr(building, "_config_context_length")
+    if at_selection and hasattr(building, "max_tokens"):
         try:
             from agent.agent_init import _compressor_max_tokens
         except ImportError:
@@ -248,7 +251,9 @@ def agent_compressor_inputs(building: object) -> Dict[str, Any]:
                 out["max_tokens"] = _compressor_max_tokens(building)
             except Exception:
                 out["max_tokens"] = building.max_tokens
-    if hasattr(building, "_config_context_length"):
+    elif getattr(building, "max_tokens", None) is not None:
+        out["max_tokens"] = building.max_tokens
+    if at_selection:
         window = building._config_context_length
         effective = getattr(type(building), "_effective_lmstudio_context_length", None)
         if callable(effective):
@@ -257,10 +262,35 @@ def agent_compressor_inputs(building: object) -> Dict[str, Any]:
             except Exception:
                 pass
         out["config_context_length"] = window
-    if hasattr(building, "_custom_providers"):
-        out["custom_providers"] = building._custom_providers
-    out["minimum_context_length"] = getattr(building, "_minimum_tool_context_length", None)
+        if hasattr(building, "_custom_providers"):
+            out["custom_providers"] = building._custom_providers
+        out["minimum_context_length"] = getattr(building, "_minimum_tool_context_length", None)
     return out
+
+
+_READS_MODEL_MAX_TOKENS: Dict[str, bool] = {}
+
+
+def agent_init_reads_model_max_tokens() -> bool:
+    """Whether this Hermes' agent init fills an unset ``max_tokens`` from config.yaml's
+    ``model.max_tokens`` (0.16-0.20 do; 0.22 reads no such key): its ``agent/agent_init.py``
+    source names the key, as :func:`_honours_safe_mode` reads its plugin module. True where
+    there is no such module or no source to read (the older behaviour)."""
+    try:
+        import agent.agent_init as agent_init
+    except Exception:
+        return True
+    key = getattr(agent_init, "__file__", None) or ""
+    if key not in _READS_MODEL_MAX_TOKENS:
+        import re
+
+        try:
+            source = inspect.getsource(agent_init)
+        except Exception:
+            _READS_MODEL_MAX_TOKENS[key] = True
+        else:
+            _READS_MODEL_MAX_TOKENS[key] = re.search(r"""\.get\(\s*["']max_tokens["']\s*\)""", source) is not None
+    return _READS_MODEL_MAX_TOKENS[key]
 
 
 def compressor_max_tokens(max_tokens: Optional[int], provider: str, base_url: str) -> Optional[int]:

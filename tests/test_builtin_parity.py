@@ -38,10 +38,12 @@ def test_every_compression_key_of_this_hermes_has_a_case():
     assert {f"compression.{key}" for key in parity.compression_defaults()} <= ids
 
 
+@pytest.mark.parametrize("route", parity.ROUTES)
 @pytest.mark.parametrize("case", CASES, ids=[case.id for case in CASES])
-def test_the_observed_inner_is_the_bare_builtin(case, llm, tmp_path, monkeypatch, record_property):
-    with parity.parity_host(tmp_path, monkeypatch):
-        bare, observed = parity.agent_pair(tmp_path, case, llm.base_url, monkeypatch)
+def test_the_observed_inner_is_the_bare_builtin(case, route, llm, tmp_path, monkeypatch, record_property):
+    parity.skip_where_the_route_cannot_know(case, route)
+    with parity.parity_host(tmp_path, monkeypatch, route):
+        bare, observed = parity.agent_pair(tmp_path, case, llm.base_url, monkeypatch, route)
         host_made = parity.assert_same_builtin(bare, observed, case, twin=lambda: parity.build_agent(
             tmp_path / "home-compressor", llm.base_url, monkeypatch, case.agent_model))
         if host_made:                    # explained by the host's own update_model() (H40): in the report

@@ -7,9 +7,12 @@ Hermes line). The host builds it from two sources (docs/design/host-contract.md,
 
 * the agent it is building: ``model``, ``provider``, ``base_url``, ``api_key``, ``api_mode``,
   ``quiet_mode``, ``max_tokens``, the configured window, ``custom_providers``, the tool-context
-  floor. When an agent is being built (the host loads its engine inside ``AIAgent.__init__``),
-  those are read off it (``host.agent_compressor_inputs``); otherwise (a plugin scan at start-up,
-  ``doctor``) config.yaml's ``model.*``, ``custom_providers`` and ``agent.*`` stand in.
+  floor. When an agent is being built (the directory loader runs inside ``AIAgent.__init__``, at
+  engine selection), those are read off it (``host.agent_compressor_inputs``); what it does not
+  hold yet (the plugin system's scan, which builds one engine per process: 0.20 scans early in the
+  first agent's init, 0.22 on a loader thread) or when no agent is being built (``doctor``),
+  config.yaml's ``model.*``, ``custom_providers`` and ``agent.*`` stand in, read as that line's
+  agent init would read them (:func:`config_runtime`).
 * ``compression.*``: the host's own reading where the installed Hermes has one that needs no agent
   (0.22's ``_parse_compression_config``, ``host.host_compression_settings``); elsewhere the same
   rules, reproduced here key by key (:func:`compression_keywords`).
@@ -39,8 +42,10 @@ def build_compressor(config: Mapping[str, Any], *, quiet_mode: Optional[bool] = 
     cls = host.context_compressor_class()
     config = config if isinstance(config, Mapping) else {}
     building = host.building_agent()
-    runtime = host.agent_compressor_inputs(building) if building is not None else config_runtime(config)
+    found = host.agent_compressor_inputs(building) if building is not None else {}
     del building                                   # no reference to the host's agent is kept
+    runtime = config_runtime(config, found)
+    runtime.update(found)
     if quiet_mode is None:
         quiet_mode = runtime.get("quiet_mode")
         if not isinstance(quiet_mode, bool):
@@ -74,22 +79,29 @@ def build_compressor(config: Mapping[str, Any], *, quiet_mode: Optional[bool] = 
     )))
 
 
-def config_runtime(config: Mapping[str, Any]) -> Dict[str, Any]:
-    """Without an agent being built: what the agent's side of the built-in would be for an agent
-    built from ``config`` alone (``model.*``; the window from ``model.context_length``, else the
-    custom provider serving ``model.base_url``; ``custom_providers``; ``agent.minimum_tool_context_length``)."""
+def config_runtime(config: Mapping[str, Any], agent_side: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """What an agent built from ``config`` would hand the built-in, for what the agent being
+    built does not hold yet (``agent_side``: what it does hold; nothing when no agent is being
+    built, as when Hermes 0.22 runs a plugin's ``register()`` on its loader thread): ``model.*``;
+    ``model.max_tokens`` where the line's agent init reads it; the window from
+    ``model.context_length``, else the custom provider serving the agent's ``base_url``;
+    ``custom_providers``; ``agent.minimum_tool_context_length``."""
+    agent_side = agent_side or {}
     model_cfg = _model_section(config)
-    model = str(model_cfg.get("default") or model_cfg.get("model") or "")
-    provider = str(model_cfg.get("provider") or "")
-    base_url = str(model_cfg.get("base_url") or "")
+    model = str(agent_side.get("model") or model_cfg.get("default") or model_cfg.get("model") or "")
+    provider = str(agent_side.get("provider") or model_cfg.get("provider") or "")
+    base_url = str(agent_side.get("base_url") or model_cfg.get("base_url") or "")
     providers = host.custom_providers(config)
     window = _host_int(model_cfg.get("context_length"))
     if window is None:
         window = host.custom_provider_context_length(model, base_url, providers)
+    max_tokens = agent_side.get("max_tokens")
+    if max_tokens is None and host.agent_init_reads_model_max_tokens():
+        max_tokens = _positive_int(model_cfg.get("max_tokens"))
     return {
         "model": model, "provider": provider, "base_url": base_url, "api_key": "",
         "api_mode": str(model_cfg.get("api_mode") or ""),
-        "max_tokens": host.compressor_max_tokens(_positive_int(model_cfg.get("max_tokens")), provider, base_url),
+        "max_tokens": host.compressor_max_tokens(max_tokens, provider, base_url),
         "config_context_length": _positive_int(window),
         "custom_providers": providers,
         "minimum_context_length": host.minimum_tool_context_length(config),

@@ -183,9 +183,10 @@ def _fill(value: Any, base_url: str) -> Any:
     return value
 
 
-def config_yaml(case: Case, base_url: str, engine: str) -> str:
+def config_yaml(case: Case, base_url: str, engine: str, route: str = "bundled") -> str:
     """The config.yaml of one side: the fake model on ``base_url``, ``context.engine: engine``
-    (``observed`` with ``observed.inner: compressor``), and the overlay."""
+    (``observed`` with ``observed.inner: compressor``; on the entry-point route with
+    ``plugins.enabled: [observed]``), and the overlay."""
     import yaml
 
     base: Dict[str, Any] = {
@@ -195,15 +196,23 @@ def config_yaml(case: Case, base_url: str, engine: str) -> str:
     }
     if engine == "observed":
         base["observed"] = {"inner": "compressor"}
+        if route == "entrypoint":
+            base["plugins"] = {"enabled": ["observed"]}
     return yaml.safe_dump(_merge(base, _fill(case.overlay, base_url)), sort_keys=False)
 
 
+ROUTES = ("bundled", "entrypoint")
+
+
 @contextlib.contextmanager
-def parity_host(tmp_path: Path, monkeypatch) -> Iterator[Path]:
+def parity_host(tmp_path: Path, monkeypatch, route: str = "bundled") -> Iterator[Path]:
     """A clean plugin host for the agents of one test: no stray provider keys, OTEL variables or
     safe mode, a fresh plugin manager, and a stand-in for Hermes' bundled
-    ``plugins/context_engine/`` holding only observed-engine's plugin (what ``install --route
-    bundled`` copies there). observed-engine is shut down before and after."""
+    ``plugins/context_engine/``: on the ``bundled`` route holding only observed-engine's plugin
+    (what ``install --route bundled`` copies there), on the ``entrypoint`` route empty, with the
+    ``observed`` entry point answered for this process (what ``install --route entrypoint``
+    declares; Hermes' plugin system builds the engine once and copies it per agent, H35).
+    observed-engine is shut down before and after."""
     import os
 
     import hermes_cli.plugins as hp
@@ -218,7 +227,12 @@ def parity_host(tmp_path: Path, monkeypatch) -> Iterator[Path]:
     monkeypatch.setattr(hp, "_plugin_manager", None)
     engines = tmp_path / "context_engine"
     engines.mkdir()
-    shutil.copytree(PLUGIN_SRC, engines / "observed")
+    if route == "bundled":
+        shutil.copytree(PLUGIN_SRC, engines / "observed")
+    else:
+        from support.entry_points import simulate_observed_entry_point
+
+        simulate_observed_entry_point(monkeypatch.setattr)
     monkeypatch.setattr(pce, "_CONTEXT_ENGINE_PLUGINS_DIR", engines)
     before = {n for n in sys.modules if n.startswith("plugins.context_engine.")}
     observed_engine.shutdown(5)
@@ -242,13 +256,13 @@ def build_agent(home: Path, base_url: str, monkeypatch, model: str = MODEL):
                    max_iterations=4, save_trajectories=False, session_id=SESSION_ID)
 
 
-def agent_pair(root: Path, case: Case, base_url: str, monkeypatch):
+def agent_pair(root: Path, case: Case, base_url: str, monkeypatch, route: str = "bundled"):
     """``(bare agent, observed agent)`` for one case, each in a home of its own."""
     agents = []
     for engine in ("compressor", "observed"):
         home = root / f"home-{engine}"
         home.mkdir()
-        (home / "config.yaml").write_text(config_yaml(case, base_url, engine), encoding="utf-8")
+        (home / "config.yaml").write_text(config_yaml(case, base_url, engine, route), encoding="utf-8")
         agents.append(build_agent(home, base_url, monkeypatch, case.agent_model))
     return tuple(agents)
 
@@ -399,3 +413,17 @@ def assert_same_builtin(bare_agent, observed_agent, case: Case, version: Optiona
     assert not rest, (message + "\nand the host's own update_model() on a bare twin does not explain it:\n  "
                       + "\n  ".join(rest))
     return diff
+
+
+def skip_where_the_route_cannot_know(case: Case, route: str) -> None:
+    """On the entry-point route Hermes' plugin system builds the engine once, at its plugin scan
+    (0.20: inside the first agent's init before it reads config.yaml; 0.22: on its plugin-loader
+    thread, no agent on the stack), and every agent gets a copy (H35): what the agent alone
+    decides and ``update_model()`` does not reset (the window kept by an agent whose model is not
+    the config's default, the threshold raised for its model) cannot be that agent's. Those cases
+    run on the directory route only (host-contract H41)."""
+    import pytest
+
+    if route == "entrypoint" and case.agent_model != case.config_model:
+        pytest.skip("the entry-point route builds one engine per process, before the agent's own "
+                    "runtime is known (host-contract H41); checked on the directory route")
