@@ -18,6 +18,7 @@ import logging
 import re
 import shutil
 import sys
+import threading
 import tomllib
 from pathlib import Path
 
@@ -153,13 +154,18 @@ def _home(root: Path, llm: FakeLLMServer, engine: str, monkeypatch) -> Path:
 
 
 class _Records(logging.Handler):
-    """Every record at INFO or above, as agent.log's handler (INFO+, root logger) sees it."""
+    """Every record at INFO or above, as agent.log's handler (INFO+, root logger) sees it; but not
+    our own lines from threads that were running before the run began (an earlier test's exporter
+    thread, still finishing under load after its pipeline was shut down): they are not this run's."""
 
     def __init__(self):
         super().__init__(logging.INFO)
         self.lines = []
+        self.earlier_threads = {t.ident for t in threading.enumerate()} - {threading.main_thread().ident}
 
     def emit(self, record):
+        if record.name.startswith("observed_engine") and record.thread in self.earlier_threads:
+            return
         self.lines.append((record.name, record.levelname, record.getMessage()))
 
 
