@@ -251,6 +251,11 @@ def test_ctrl_c_keeps_what_is_done_and_the_same_command_resumes(month, tmp_path)
     assert done.returncode == 0, done.stderr
     rep = json.loads((out / "tune.json").read_text())
     assert rep["throughput"]["reused"] == kept and rep["throughput"]["replayed"] == 9 - kept
+    # the workers stopped mid-replay left their replay homes; the next sweep removed them
+    from observed_engine.compare.replay import scratch_dir
+
+    for left in Path(scratch_dir() or "/tmp").glob(sweep.SCRATCH_PREFIX + "*"):
+        os.kill(int(left.name[len(sweep.SCRATCH_PREFIX):].split("-")[0]), 0)    # its process is alive
 
 
 def test_a_lossless_hermes_variant_reaches_the_engine(month):

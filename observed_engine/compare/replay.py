@@ -187,10 +187,16 @@ def replay_config(user_config: Dict[str, Any], engine: "str | Variant", *, model
     return cfg
 
 
+SCRATCH_ENV = "OBSERVED_REPLAY_SCRATCH"   # a sweep's worker: its own directory, removed with the pool
+
+
 def scratch_dir() -> Optional[str]:
     """Where replay homes go: a memory file system when there is one (``/dev/shm``: Hermes'
     session store commits after every message, and a replay's store is thrown away), else the
     default temporary directory."""
+    given = os.environ.get(SCRATCH_ENV)
+    if given and os.path.isdir(given):
+        return given
     shm = "/dev/shm"
     if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK):
         return shm

@@ -214,13 +214,39 @@ def import_hermes_privately() -> None:
             os.environ["HERMES_HOME"] = before
 
 
+SCRATCH_PREFIX = "observed-replays-"
+
+
+def _process_scratch() -> str:
+    """This process's directory for replay homes (``observed-replays-<pid>-*`` in the replay's
+    scratch place, /dev/shm where there is one), named after the process so that the next sweep
+    removes what a killed one left (a worker stopped mid-replay cannot clean up after itself)."""
+    from .replay import scratch_dir
+
+    base = Path(scratch_dir() or tempfile.gettempdir())
+    for stale in base.glob(SCRATCH_PREFIX + "*"):
+        try:
+            pid = int(stale.name[len(SCRATCH_PREFIX):].split("-")[0])
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            import shutil
+
+            shutil.rmtree(stale, ignore_errors=True)
+        except (ValueError, OSError):
+            continue
+    return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=str(base))
+
+
 class Replayer:
     """Replays jobs one after another in this process, with one replay LLM for all of them."""
 
-    def __init__(self) -> None:
+    def __init__(self, scratch: Optional[str] = None) -> None:
+        from .replay import SCRATCH_ENV
         from .replay_server import ReplayServer
 
         import_hermes_privately()
+        self._scratch = scratch or _process_scratch()      # this process's replay homes go here
+        os.environ[SCRATCH_ENV] = self._scratch
         # tiktoken in this process, as in a worker: the replay LLM counts every request, and the
         # helper process would be one more process per sweep to feed and to schedule (same counts)
         os.environ.setdefault("OBSERVED_TOKENIZER_PROCESS", "0")
@@ -261,13 +287,20 @@ class Replayer:
                 s.stop()
             except Exception:
                 pass
+        from .replay import SCRATCH_ENV
+
+        if os.environ.get(SCRATCH_ENV) == self._scratch:
+            os.environ.pop(SCRATCH_ENV, None)
+        import shutil
+
+        shutil.rmtree(self._scratch, ignore_errors=True)
 
 
 _WORKER: Optional[Replayer] = None
 _WORKER_TLS = None           # the open shared_tls_contexts() of a worker (a reference keeps it open)
 
 
-def _worker_init(private_home: str) -> None:
+def _worker_init(private_home: str, replays: str) -> None:
     """A pool worker: its own HERMES_HOME, tiktoken in this process, Hermes imported once."""
     global _WORKER, _WORKER_TLS, _WORKER_FAILED
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -275,7 +308,7 @@ def _worker_init(private_home: str) -> None:
     os.environ["OBSERVED_TOKENIZER_PROCESS"] = "0"
     try:       # a failing initializer would make the pool start workers forever: report it per job
         host.ai_agent_class()
-        _WORKER = Replayer()
+        _WORKER = Replayer(tempfile.mkdtemp(prefix="worker-", dir=replays))
         _WORKER_TLS = shared_tls_contexts()
         _WORKER_TLS.__enter__()               # for the worker's life
     except Exception as exc:
@@ -402,7 +435,8 @@ def _run_pool(pending: List[Dict[str, Any]], jobs: int, accept: Callable[[Dict[s
 
     ctx = mp.get_context("spawn")
     private = tempfile.mkdtemp(prefix="observed-tune-workers-")
-    pool = ctx.Pool(processes=min(jobs, len(pending)), initializer=_worker_init, initargs=(private,))
+    replays = _process_scratch()      # the workers' replay homes: removed below, or by the next sweep
+    pool = ctx.Pool(processes=min(jobs, len(pending)), initializer=_worker_init, initargs=(private, replays))
     try:
         for item in pool.imap_unordered(_worker_run, pending, chunksize=1):
             accept(item)
@@ -415,6 +449,7 @@ def _run_pool(pending: List[Dict[str, Any]], jobs: int, accept: Callable[[Dict[s
         import shutil
 
         shutil.rmtree(private, ignore_errors=True)
+        shutil.rmtree(replays, ignore_errors=True)
 
 
 def conversations_with_variants(results: Mapping[Tuple[str, str], Dict[str, Any]],
