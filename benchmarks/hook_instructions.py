@@ -14,9 +14,11 @@ Batches of ``--batch`` calls, the worker drained between them (outside the count
 
 Printed per hook: instructions per call bare, and added per call by each mode; then, for the full
 mode, where the added instructions go (callgrind's inclusive cost of the C functions the hook path
-calls, per call; what is left is the interpreter running the hook's own bytecode).
+calls, per call; what is left is the interpreter running the hook's own bytecode). First, and alone
+with ``--steps``: what each step of the exact leaf hook costs, each taken out of its generated source
+in a small process (no Hermes).
 
-    python benchmarks/hook_instructions.py [--batch 200] [--batches 40] [--hooks should_compress,...]
+    python benchmarks/hook_instructions.py [--batch 200] [--batches 40] [--hooks should_compress,...] [--steps]
     python benchmarks/hook_instructions.py --child MODE HOOK OUT   (one counted run; used by the above)
 """
 
@@ -38,16 +40,17 @@ sys.path.insert(0, str(HERE))
 MODES = ("bare", "disabled", "metrics", "full")
 DEFAULT_HOOKS = ("should_compress", "update_from_response")
 
-# The C functions the hook path reaches, grouped into the steps of the hook (name: symbols).
+# The C functions the hook path reaches, by what they do for it (name: symbols; inclusive cost).
+# What is left is the interpreter running the hook's own bytecode and frame. The per-step costs
+# of the hook's source lines (an ablation) are in docs/performance.md.
 STEPS = (
-    ("timestamps (2 x perf_counter_ns)", ("time_perf_counter_ns",)),
-    ("parent context (ContextVar.get)", ("_contextvars_ContextVar_get", "PyContextVar_Get")),
-    ("queue hand-off (deque.append)", ("deque_append",)),
-    ("queue bound (len)", ("builtin_len",)),
-    ("state read (itemgetter)", ("itemgetter_call",)),
-    ("event tuples (allocation, free)", ("_PyTuple_FromArraySteal", "PyTuple_New", "tupledealloc",
-                                         "_PyObject_GC_NewVar", "tuple_alloc")),
-    ("garbage collector", ("gc_collect_main",)),
+    ("clock, C side (2 x perf_counter_ns)", ("time_perf_counter_ns",)),
+    ("span parent, C side (ContextVar.get)", ("_contextvars_ContextVar_get",)),
+    ("class-patch check, C side (class attribute read)", ("type_getattro",)),
+    ("queue bound, C side (len)", ("deque_len",)),
+    ("queue hand-off, C side (deque.append)", ("deque_append",)),
+    ("tuples, C side (allocation)", ("PyTuple_New", "tuple_alloc")),
+    ("garbage collections on the host's thread", ("gc_collect_main",)),
 )
 
 
@@ -74,6 +77,117 @@ def child(mode: str, hook: str, out: str, batch: int, batches: int) -> int:
         if telemetry is not None:
             telemetry.shutdown(5.0)
     return 0
+
+
+# -- --steps: what each step of the exact leaf hook costs, by taking it out ---------------------
+#
+# The generated source of a should_compress-shaped exact leaf hook (capture/exact_leaf.py's
+# template, as generated for the built-in), each step taken out alone, in a small process (no
+# Hermes) under callgrind: the difference to the whole hook is that step's cost.
+
+_STEP_HOOK = """
+def hook(self, prompt_tokens=None):
+    if _oe_inner.should_compress is not _oe_original:
+        return _oe_changed(self, (prompt_tokens, ), _oe_no_keywords)
+    if _oe_running and _oe_inside.engine is self:
+        return _oe_original(self, prompt_tokens)
+    _oe_ctx = _oe_get_context()
+    _oe_t0 = _oe_clock()
+    try:
+        _oe_result = _oe_original(self, prompt_tokens)
+    except BaseException:
+        raise
+    _oe_t1 = _oe_clock()
+    if _oe_len(_oe_queue) < _oe_cap:
+        _oe_append((5, self, _oe_t0, _oe_t1, None, (prompt_tokens, ), _oe_no_keywords, _oe_result, _oe_ctx, None))
+    else:
+        _oe_dropped()
+    return _oe_result
+"""
+_STATE = ("        _oe_append((5, self, _oe_t0, _oe_t1, None, (prompt_tokens, ), _oe_no_keywords, _oe_result, "
+          "_oe_ctx, None))")
+STEP_VARIANTS = {
+    "nothing": ("hook = _oe_original", None),
+    "frame": ("def hook(self, prompt_tokens=None):\n    return _oe_original(self, prompt_tokens)\n", None),
+    "whole": (_STEP_HOOK, None),
+    "class-patch check": (_STEP_HOOK.replace(
+        "    if _oe_inner.should_compress is not _oe_original:\n"
+        "        return _oe_changed(self, (prompt_tokens, ), _oe_no_keywords)\n", ""), "whole"),
+    "self-call guard": (_STEP_HOOK.replace(
+        "    if _oe_running and _oe_inside.engine is self:\n        return _oe_original(self, prompt_tokens)\n", ""),
+        "whole"),
+    "timestamps (2 clock reads)": (_STEP_HOOK.replace("_oe_clock()", "0"), "whole"),
+    "span parent (ContextVar.get)": (_STEP_HOOK.replace("_oe_ctx = _oe_get_context()", "_oe_ctx = None"), "whole"),
+    "queue bound (len check)": (_STEP_HOOK.replace("    if _oe_len(_oe_queue) < _oe_cap:\n", "    if 1:\n"), "whole"),
+    "event tuple + deque.append": (_STEP_HOOK.replace(_STATE, "        pass"), "whole"),
+    "state read, 3 attributes (update_from_response)": (_STEP_HOOK.replace(_STATE, (
+        "        try:\n            _oe_state = self.last_prompt_tokens, self.threshold_tokens, self.context_length\n"
+        "        except Exception:\n            _oe_state = None\n") + _STATE.replace("_oe_ctx, None))",
+                                                                             "_oe_ctx, _oe_state))")), "whole"),
+}
+
+
+def step_child(variant: str) -> int:
+    import threading
+    import types
+    from contextvars import ContextVar
+    from time import perf_counter_ns
+
+    class Inside(threading.local):
+        engine = None
+
+    class Engine:
+        def __init__(self):
+            self.last_prompt_tokens, self.threshold_tokens, self.context_length = 5, 100, 1000
+
+        def should_compress(self, prompt_tokens=None):
+            return False
+
+    queue: deque = deque()
+    namespace = dict(_oe_inner=Engine, _oe_original=Engine.should_compress, _oe_running=[], _oe_inside=Inside(),
+                     _oe_get_context=ContextVar("ctx", default={}).get, _oe_clock=perf_counter_ns, _oe_queue=queue,
+                     _oe_append=queue.append, _oe_cap=100_000, _oe_dropped=lambda: None,
+                     _oe_no_keywords=types.MappingProxyType({}), _oe_len=len, _oe_changed=None)
+    exec(STEP_VARIANTS[variant][0], namespace)
+    bound = types.MethodType(namespace["hook"], Engine())
+
+    def call(_):
+        return bound(1000)
+
+    for _ in range(100):
+        call(0)
+    for _ in range(20):
+        deque(filterfalse(call, repeat(0, 200)), 0)     # the counted region
+        queue.clear()
+    return 0
+
+
+def run_steps(workdir: Path) -> None:
+    counts = {}
+    for variant in STEP_VARIANTS:
+        out = workdir / f"steps.{variant.split()[0]}.%p"
+        proc = subprocess.run(["valgrind", "--tool=callgrind", "--collect-atstart=no",
+                               "--toggle-collect=filterfalse_next", f"--callgrind-out-file={out}",
+                               sys.executable, __file__, "--step-child", variant],
+                              capture_output=True, text=True, check=True)
+        m = re.search(r"Collected : (\d+)", proc.stderr)
+        counts[variant] = int(m.group(1)) / 4000
+    whole, frame, nothing = counts["whole"], counts["frame"], counts["nothing"]
+    print("exact leaf hook, instructions per call by step (each taken out alone; a should_compress-shaped hook):")
+    print(f"  the whole hook adds {whole - nothing:6.0f} over calling the inner directly")
+    print(f"  {'its own Python frame (a pass-through function)':52s} {frame - nothing:6.0f}")
+    accounted = frame - nothing
+    for variant, (_, against) in STEP_VARIANTS.items():
+        if against is None:
+            continue
+        cost = counts[variant] - counts[against]
+        if variant.startswith("state read"):
+            print(f"  {variant:52s} {cost:+6.0f} (added to the hook)")
+            continue
+        cost = -cost
+        accounted += cost
+        print(f"  {variant:52s} {cost:6.0f}")
+    print(f"  {'the rest (try, locals, return)':52s} {whole - nothing - accounted:6.0f}")
 
 
 def telemetry_queue(engines):
@@ -132,9 +246,13 @@ def main(argv=None) -> int:
     parser.add_argument("--hooks", default=",".join(DEFAULT_HOOKS))
     parser.add_argument("--modes", default="bare,full")
     parser.add_argument("--child", nargs=3, metavar=("MODE", "HOOK", "OUT"))
+    parser.add_argument("--steps", action="store_true", help="only the per-step costs of the exact leaf hook")
+    parser.add_argument("--step-child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return child(*args.child, batch=args.batch, batches=args.batches)
+    if args.step_child:
+        return step_child(args.step_child)
     if shutil.which("valgrind") is None:
         print("valgrind is not installed (Debian: apt-get install valgrind)", file=sys.stderr)
         return 2
@@ -142,6 +260,10 @@ def main(argv=None) -> int:
     if "bare" not in modes:
         modes.insert(0, "bare")
     workdir = Path(tempfile.mkdtemp(prefix="observed-hook-instructions-"))
+    run_steps(workdir)
+    print()
+    if args.steps:
+        return 0
     for hook in args.hooks.split(","):
         results = {mode: run_mode(mode, hook, args.batch, args.batches, workdir) for mode in modes}
         calls, bare_total, bare_incl = results["bare"]
@@ -157,9 +279,9 @@ def main(argv=None) -> int:
                 for label, symbols in STEPS:
                     added = sum(incl.get(s, 0) for s in symbols) / n - sum(bare_incl.get(s, 0) for s in symbols) / calls
                     accounted += added
-                    print(f"      {label:40s} {added:+8.0f}")
+                    print(f"      {label:48s} {added:+8.0f}")
                 rest = (total - bare_total * n / calls) / n - accounted
-                print(f"      {'the hook bytecode (interpreter), rest':40s} {rest:+8.0f}")
+                print(f"      {'the interpreter (bytecodes, frame), rest':48s} {rest:+8.0f}")
         print()
     print(f"callgrind files: {workdir}")
     return 0
