@@ -188,6 +188,15 @@ ROWS = [
           ("config-is-a-dir", "[FAIL] config: {home}/config.yaml is a directory", dir_at("home/config.yaml")),
           ("config-is-a-fifo", "[FAIL] config: {home}/config.yaml is not a regular file", fifo_at("home/config.yaml")),
           ("context-is-a-list", "[FAIL] config: {home}/config.yaml: context is a list", config("context: [x]\n")),
+          ("observed-store-is-a-number", "[FAIL] observed section: observed.store: expected a mapping, got 5",
+           config("context:\n  engine: observed\nobserved:\n  store: 5\n")),
+          ("inner-is-observed", "[FAIL] observed section: observed.inner: 'observed' would wrap",
+           config("context:\n  engine: observed\nobserved:\n  inner: observed\n")),
+          ("huge-prometheus-port", "[FAIL] observed section: observed.prometheus.port: 99999999999999999999 is out "
+                                   "of range", config("observed:\n  prometheus:\n    port: 99999999999999999999\n")),
+          ("prometheus-host-not-an-address", "[FAIL] prometheus: observed.prometheus.host 'not a host' is not an "
+                                             "address of this machine",
+           config("observed:\n  prometheus:\n    enabled: true\n    host: not a host\n")),
           ("store-path-is-a-dir", "[FAIL] store: {tmp}/a-dir is a directory",
            both(dir_at("a-dir"), config("context:\n  engine: observed\nobserved:\n  store:\n    path: {tmp}/a-dir\n"))),
           ("store-is-another-program-s", "[FAIL] store: {tmp}/other.sqlite is another program's SQLite database",

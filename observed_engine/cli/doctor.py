@@ -423,10 +423,29 @@ CHECKS: List[Callable[[Context], List[Result]]] = [
 CONFIG_FREE = (check_hermes, check_hermes_range, check_config, check_package)
 
 
+class _plugin_logs_in_the_report:
+    """While doctor runs the plugin's own code (its section parsing, Hermes' selection), what the
+    plugin would log for Hermes' log (an invalid ``observed:`` key, an inner that cannot be built)
+    is what doctor's checks report: not printed on stderr a second time (Python's last-resort
+    handler prints a logger's warnings when nothing handles them)."""
+
+    def __enter__(self):
+        import logging
+
+        self._logger = logging.getLogger("observed_engine")
+        self._handler = logging.NullHandler()
+        self._logger.addHandler(self._handler)
+        return self
+
+    def __exit__(self, *exc):
+        self._logger.removeHandler(self._handler)
+        return False
+
+
 def run_doctor(home: Path) -> Dict[str, Any]:
     ctx = Context(home=home, report={"hermes_home": str(home)})
     results: List[Result] = []
-    with host.untouched_home(home):
+    with host.untouched_home(home), _plugin_logs_in_the_report():
         for check in CHECKS:
             if ctx.config_error is None or check in CONFIG_FREE:
                 results.extend(check(ctx))
