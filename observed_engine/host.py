@@ -402,25 +402,40 @@ class untouched_home:
     ``cron/``, ``logs/``, ``sessions/`` ...; ``hermes_cli.config.ensure_hermes_home``) in
     *home*: the ``observed-engine`` commands read a home with Hermes' own loaders and must
     leave it as they found it, apart from the files they exist to write. Other homes (a
-    compare replay's temporary one) are created as usual. No-op without Hermes."""
+    compare replay's temporary one) are created as usual. No-op without Hermes.
+
+    Nothing is imported for it: ``hermes_cli.config`` is patched when it is loaded already,
+    else as soon as its import finishes (a finder on ``sys.meta_path`` for the block). The
+    0.20 and 0.22 lines load config.yaml while that module is being imported (their
+    provider discovery), before it can be patched: there the first import creates the
+    skeleton in a home that lacks it, as any ``hermes`` command does; so the commands check
+    everything they can before anything imports Hermes."""
+
+    MODULE = "hermes_cli.config"
 
     def __init__(self, home: os.PathLike | str) -> None:
         self.home = str(home)
-        self._module = self._original = None
+        self._module = self._original = self._finder = None
 
     def __enter__(self) -> "untouched_home":
-        try:
-            import hermes_cli.config as module
-            from hermes_constants import get_hermes_home
-        except Exception:
-            return self
+        module = sys.modules.get(self.MODULE)
+        if module is not None:
+            self._patch(module)
+        else:
+            self._finder = _AfterImport(self.MODULE, self._patch)
+            sys.meta_path.insert(0, self._finder)
+        return self
+
+    def _patch(self, module) -> None:
         original = getattr(module, "ensure_hermes_home", None)
-        if not callable(original):
-            return self
+        if not callable(original) or self._module is not None:
+            return
         kept = self.home
 
         def ensure_hermes_home(*args, **kwargs):
             try:
+                from hermes_constants import get_hermes_home
+
                 if str(get_hermes_home()) == kept:
                     return None
             except Exception:
@@ -429,13 +444,56 @@ class untouched_home:
 
         self._module, self._original = module, original
         module.ensure_hermes_home = ensure_hermes_home
-        return self
 
     def __exit__(self, *exc) -> bool:
+        if self._finder is not None:
+            try:
+                sys.meta_path.remove(self._finder)
+            except ValueError:
+                pass
+            self._finder = None
         if self._module is not None:
             self._module.ensure_hermes_home = self._original
             self._module = self._original = None
         return False
+
+
+class _AfterImport:
+    """A ``sys.meta_path`` finder that lets the other finders find *name* and calls
+    ``then(module)`` once the module's code has run."""
+
+    def __init__(self, name: str, then) -> None:
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
+                spec.loader = _ThenLoader(spec.loader, self.then)
+                return spec
+        return None
+
+
+class _ThenLoader:
+    def __init__(self, loader, then) -> None:
+        self._loader, self._then = loader, then
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module) -> None:
+        self._loader.exec_module(module)
+        try:
+            self._then(module)
+        except Exception:
+            pass
+
+    def __getattr__(self, attr):
+        return getattr(self._loader, attr)
 
 
 def host_compress_timeout(config: Optional[Mapping[str, Any]]) -> Optional[float]:

@@ -214,11 +214,26 @@ def _hermes_described() -> str:
 def cmd_install(args) -> int:
     home = inputs.home_dir(args.hermes_home, write=True)
     inner_arg = inputs.engine_arg(args.inner)
+    # config.yaml first, before anything imports Hermes: some Hermes lines (0.22) load it as
+    # soon as their config module is imported, and a file they cannot parse makes them print
+    # a warning and write a config.yaml.corrupt.* backup into the home
+    cfg_file = config_path(home)
+    doc = ConfigDoc(cfg_file)
+    inputs.check_shape(doc.data, cfg_file)
+    raw_section = doc.get(PLUGIN_NAME)
+    section_error = plugin.validate_section(raw_section) if raw_section is not None else None
+    if section_error:
+        raise CliError(f"{cfg_file}: {section_error}; fix: correct that key (every key of observed: is optional)")
+    store = Settings.from_mapping(raw_section or {}).store_path(home)
+    problem = inputs.store_problem(store)
+    if problem:
+        raise CliError(f"the telemetry store {store} (observed.store.path) {problem}")
+    state = read_state(home)
     with host.untouched_home(home):
-        return _install(args, home, inner_arg)
+        return _install(args, home, inner_arg, doc, state)
 
 
-def _install(args, home: Path, inner_arg: Optional[str]) -> int:
+def _install(args, home: Path, inner_arg: Optional[str], doc: ConfigDoc, state: Dict[str, Any]) -> int:
     route = resolve_route(args.route)
     out: List[str] = []
     if route == "user" and not host.supports_user_engines():
@@ -229,18 +244,6 @@ def _install(args, home: Path, inner_arg: Optional[str]) -> int:
 
     # -- everything is checked before the first write -------------------------------------------
     cfg_file = config_path(home)
-    doc = ConfigDoc(cfg_file)
-    inputs.check_shape(doc.data, cfg_file)
-    raw_section = doc.get(PLUGIN_NAME)
-    section_error = plugin.validate_section(raw_section) if raw_section is not None else None
-    if section_error:
-        raise CliError(f"{cfg_file}: {section_error}; fix: correct that key (every key of observed: is optional)")
-    settings = Settings.from_mapping(raw_section or {})
-    store = settings.store_path(home)
-    problem = inputs.store_problem(store)
-    if problem:
-        raise CliError(f"the telemetry store {store} (observed.store.path) {problem}")
-    state = read_state(home)
     plugin_dir = plugin_dir_for(route, home)
     if plugin_dir is not None:
         check_plugin_dir(plugin_dir)

@@ -56,8 +56,13 @@ def _restore_config(doc: ConfigDoc, state: dict, out: List[str]) -> None:
 
 def cmd_uninstall(args) -> int:
     home = inputs.home_dir(args.hermes_home, write=True)
+    # read and checked before anything imports Hermes (see install.cmd_install)
+    state = read_state(home)
+    cfg_file = config_path(home)
+    doc = ConfigDoc(cfg_file)
+    inputs.check_shape(doc.data, cfg_file)
     with host.untouched_home(home):
-        return _uninstall(home)
+        return _uninstall(home, state, doc)
 
 
 def _plugin_dirs(home: Path, state: dict) -> List[Tuple[Path, str]]:
@@ -98,12 +103,9 @@ def _installed_here(home: Path, state: dict, doc: ConfigDoc, plan) -> bool:
                 or (isinstance(enabled, list) and PLUGIN_NAME in enabled))
 
 
-def _uninstall(home: Path) -> int:
-    state = read_state(home)
+def _uninstall(home: Path, state: dict, doc: ConfigDoc) -> int:
     out: List[str] = []
     cfg_file = config_path(home)
-    doc = ConfigDoc(cfg_file)
-    inputs.check_shape(doc.data, cfg_file)
     plan = _plan_plugin_dirs(home, state)
     if not _installed_here(home, state, doc, plan):
         engine = doc.get("context", "engine")

@@ -17,7 +17,7 @@ from .. import host
 from ..version import __version__
 from . import fidelity, report as report_mod, sweep
 from .replay import BUILTIN
-from .sessions import NothingRecorded, StoreError, read_conversations
+from .sessions import NothingRecorded, StoreError, open_store, read_conversations
 from .variants import Variant, VariantError, parse_variants
 
 __all__ = ["CompareError", "StoreError", "run_compare", "DEFAULT_CONTEXT_LENGTH"]
@@ -78,6 +78,13 @@ def run_compare(*, hermes_home: Optional[str] = None, engines: str | Sequence[st
     if not state_db.is_file():
         raise CompareError(f"no session store at {state_db}: Hermes has recorded no conversation in that "
                            f"home{other_home}; fix: have a conversation with Hermes there first")
+    try:
+        open_store(state_db).close()          # an empty or foreign state.db is said before Hermes loads
+    except NothingRecorded as exc:
+        said, _, fix = str(exc).partition("; fix: ")
+        raise CompareError(f"{said}{other_home}; fix: {fix}") from None
+    except StoreError as exc:
+        raise CompareError(str(exc)) from None
     user_config = host.load_config(log_errors=False)
     if context_length is None:
         configured = (user_config.get("model") or {}).get("context_length") if isinstance(
