@@ -17,6 +17,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .. import host, plugin
 from ..settings import Settings
 from . import entry_point, inputs, paths
+from .checks import Context, check_selection, directory_fix, directory_route, result
 from .errors import CliError
 from .paths import MARKER_FILE, PLUGIN_NAME, config_path, read_state, user_plugin_dir, write_state
 from .yaml_edit import ConfigDoc
@@ -38,20 +39,6 @@ def default_section() -> Dict[str, Any]:
     }
 
 
-def bundled_writable() -> bool:
-    bundled = host.bundled_engines_dir()
-    return bundled is not None and os.access(bundled, os.W_OK)
-
-
-def directory_route() -> Optional[str]:
-    """A directory route this Hermes loads context engines from, before its plugin system."""
-    if host.supports_user_engines():
-        return "user"
-    if bundled_writable():
-        return "bundled"
-    return None
-
-
 def resolve_route(route: str) -> str:
     if route != "auto":
         return route
@@ -66,15 +53,6 @@ def resolve_route(route: str) -> str:
         f"and this Python's {site} (for the entry point) are not writable; fix: rerun with write "
         "access to Hermes' installation (--route bundled) or to its Python environment (--route entrypoint)"
     )
-
-
-def directory_fix() -> str:
-    """The install command that puts observed on a directory route, or what makes one possible."""
-    found = directory_route()
-    if found is not None:
-        return f"`observed-engine install --route {found}`"
-    return (f"make {host.bundled_engines_dir() or 'Hermes plugins/context_engine/'} writable, then "
-            "`observed-engine install --route bundled`")
 
 
 def entry_point_conflicts() -> List[Dict[str, Any]]:
@@ -394,8 +372,6 @@ PROBE = ("import json, sys\n"
 def probe_selection(home_text: str) -> List[Dict[str, Any]]:
     """doctor's selection check for *home_text*, in this process: what ``selection_check``
     runs in a fresh one."""
-    from .doctor import Context, check_selection
-
     home = host.hermes_home(home_text)
     with host.untouched_home(home):
         cfg = host.load_config(log_errors=False)
@@ -411,8 +387,6 @@ def selection_check(home: Path, doc: ConfigDoc, route: str) -> List[Dict[str, An
     installation's directories); the entry-point route in a fresh Python whose current
     directory is elsewhere, because this process's ``sys.path`` may hold what Hermes' does
     not (``python -m`` puts the current directory first: a source checkout's metadata)."""
-    from .doctor import Context, check_selection, result
-
     if route != "entrypoint":
         checked = Context(home=home, report={}, cfg=host.load_config(log_errors=False),
                           section=dict(doc.get(PLUGIN_NAME) or {}))
