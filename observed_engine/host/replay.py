@@ -1,0 +1,125 @@
+"""What ``compare`` and ``tune`` replay through the host: its session store, the built-in's
+summary format, recorded tool results answered in place of the tools, toolsets and schemas."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+
+logger = logging.getLogger(__name__)
+
+
+def compaction_summary_body(content: Any) -> Optional[str]:
+    """The body of a built-in compaction summary message (``content`` as Hermes stores it),
+    without the handoff prefix and end marker, as the summariser returned it; None for any
+    other message, or without Hermes."""
+    try:
+        from agent.context_compressor import ContextCompressor as cc
+    except Exception:
+        return None
+    if not isinstance(content, str):
+        return None
+    try:
+        if not cc._is_context_summary_content(content):
+            return None
+        return cc._strip_summary_prefix(content)
+    except Exception:
+        return None
+
+
+def session_db(path: os.PathLike | str):
+    """Hermes' ``hermes_state.SessionDB`` on ``path`` (raises ImportError without Hermes)."""
+    from hermes_state import SessionDB
+
+    return SessionDB(Path(path))
+
+
+# Tools the 0.19.0 agent runs itself (agent/tool_executor.py), never through
+# handle_function_call / _invoke_tool: a replay cannot answer them with the recorded result.
+AGENT_INLINE_TOOLS = frozenset({"todo", "session_search", "memory", "clarify", "read_terminal",
+                                "delegate_task", "skill_manage"})
+
+
+def replay_tool_results(agent: Any, results: Mapping[str, Any], names) -> "Any":
+    """A context manager: while it is open, ``agent`` answers every tool call with the recorded
+    result for its ``tool_call_id`` (``results``) instead of running the tool. The tool names
+    in ``names`` are offered to the model (a minimal schema each) and accepted as valid; file
+    checkpoints before terminal calls are off. Covers both of 0.19.0's dispatch paths: the
+    sequential one (``run_agent.handle_function_call``) and the concurrent one
+    (``agent._invoke_tool``). Raises ImportError without Hermes."""
+    import contextlib
+    import json as _json
+
+    import run_agent
+
+    def answer(function_name, function_args=None, *args, tool_call_id=None, **kwargs):  # noqa: ARG001
+        if tool_call_id in results:
+            content = results[tool_call_id]
+            return content if isinstance(content, str) else _json.dumps(content)
+        return _json.dumps({"error": f"replay: no recorded result for {function_name} call {tool_call_id}"})
+
+    def invoke(function_name, function_args, effective_task_id, tool_call_id=None, *args, **kwargs):  # noqa: ARG001
+        return answer(function_name, function_args, tool_call_id=tool_call_id)
+
+    @contextlib.contextmanager
+    def _cm():
+        tools = agent.tools if isinstance(getattr(agent, "tools", None), list) else []
+        agent.tools = tools
+        present = {t.get("function", {}).get("name") for t in tools if isinstance(t, dict)}
+        for name in sorted(set(names) - present):
+            tools.append({"type": "function", "function": {
+                "name": name, "description": f"{name} (replayed: answers with the recorded result)",
+                "parameters": {"type": "object", "properties": {}, "additionalProperties": True}}})
+            agent.valid_tool_names.add(name)
+        checkpoints = getattr(agent, "_checkpoint_mgr", None)
+        if checkpoints is not None and hasattr(checkpoints, "enabled"):
+            checkpoints.enabled = False
+        before = run_agent.handle_function_call
+        run_agent.handle_function_call = answer
+        agent._invoke_tool = invoke
+        try:
+            yield
+        finally:
+            run_agent.handle_function_call = before
+            agent.__dict__.pop("_invoke_tool", None)
+
+    return _cm()
+
+
+def configured_toolsets(config: Mapping[str, Any], platform: str) -> Dict[str, Any]:
+    """The toolsets an agent of ``platform`` ("cli", "telegram", ...) gets from ``config``,
+    resolved as Hermes' own prompt-size diagnostic does (``_get_platform_tools``, the
+    ``agent.disabled_toolsets``), without MCP servers (connecting them would start their
+    processes): ``{"enabled": [...], "disabled": [...]}``. Raises ImportError without Hermes."""
+    from hermes_cli.tools_config import _get_platform_tools
+
+    enabled = sorted(_get_platform_tools(dict(config), platform or "cli", include_default_mcp_servers=False))
+    agent_cfg = config.get("agent") if isinstance(config.get("agent"), dict) else {}
+    disabled = [str(t) for t in (agent_cfg.get("disabled_toolsets") or [])]
+    return {"enabled": enabled, "disabled": disabled}
+
+
+def tool_definitions(toolsets: Mapping[str, Any]) -> List[Dict[str, Any]]:
+    """The tool schemas an agent with these toolsets sends (``model_tools.get_tool_definitions``),
+    computed in this process: some schemas name paths of the current HERMES_HOME and depend on
+    this environment's keys and binaries, as they do for the operator's own agents."""
+    from model_tools import get_tool_definitions
+
+    tools = get_tool_definitions(enabled_toolsets=list(toolsets.get("enabled") or []),
+                                 disabled_toolsets=list(toolsets.get("disabled") or []) or None, quiet_mode=True)
+    return [dict(t) for t in tools or []]
+
+
+def use_tool_schemas(agent: Any, schemas: List[Dict[str, Any]]) -> None:
+    """Give ``agent`` these tool schemas (computed elsewhere by :func:`tool_definitions`) in
+    place of those it built, keeping the context engine's own tools after them, as the host
+    orders them at init."""
+    engine_tools = set(getattr(agent, "_context_engine_tool_names", None) or ())
+    own = [t for t in (agent.tools or []) if isinstance(t, dict)
+           and t.get("function", {}).get("name") in engine_tools]
+    tools = [dict(s) for s in schemas] + own
+    agent.tools = tools
+    agent.valid_tool_names = {t.get("function", {}).get("name") for t in tools if t.get("function", {}).get("name")}
