@@ -114,7 +114,7 @@ def test_a_nan_timeout_in_config_yaml_falls_back_to_the_default(hermes_home, cap
 
     config = {"observed": {"compress_timeout_seconds": float("nan"), "store": False},
               "compression": {"context_timeout_seconds": float("inf")}}
-    with caplog.at_level(logging.ERROR, logger="observed_engine.hermes_plugin"):
+    with caplog.at_level(logging.ERROR, logger="observed_engine.plugin"):
         section = hermes_plugin.observed_section(config)
     assert [r for r in caplog.records if "compress_timeout_seconds" in r.getMessage()]
     engine = observe(NarrowEngine(), settings=section)

@@ -119,7 +119,7 @@ def test_register_never_raises_when_hermes_refuses_the_engine(caplog):
         def register_context_engine(self, engine):
             raise TypeError("not a ContextEngine")
 
-    with caplog.at_level(logging.ERROR, logger="observed_engine.hermes_plugin"):
+    with caplog.at_level(logging.ERROR, logger="observed_engine.plugin"):
         hermes_plugin.register(RefusingContext())            # used to raise out of register()
     assert any("refused the observed engine" in r.getMessage() for r in caplog.records)
 

@@ -25,7 +25,7 @@ def _rows(n, start=0, **fields):
 
 
 def _store_logs(caplog):
-    return [r for r in caplog.records if r.name == "observed_engine.store" and r.levelno >= logging.WARNING]
+    return [r for r in caplog.records if r.name.startswith("observed_engine.store") and r.levelno >= logging.WARNING]
 
 
 def _cannot_start_threads():

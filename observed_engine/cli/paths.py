@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from .. import host
+from ..contract.vocabulary import PLUGIN_NAME
 from .errors import CliError
 
-PLUGIN_NAME = "observed"
 STATE_FILE = "install.json"          # under $HERMES_HOME/observed/
 MARKER_FILE = ".installed-by-observed-engine"
 BACKUP_PREFIX = "config.yaml.observed-backup-"

@@ -144,7 +144,3 @@ class ReplayServer(LoopbackChatServer):
         completion = max(1, len(content_text(message["content"])) // 4)
         return message, {"prompt_tokens": prompt, "completion_tokens": completion,
                          "total_tokens": prompt + completion}
-
-    @property
-    def replies_left(self) -> int:
-        return len(self._replies) - self._next

@@ -56,7 +56,7 @@ METRICS: Tuple[MetricSpec, ...] = (
         "hook_calls", "hermes.context_engine.hook.calls",
         "hermes_context_engine_hook_calls_total", COUNTER, "{call}",
         ("engine", "hook", "outcome"), "Every hook call of the context engine.",
-        label_values={"outcome": ("ok", "error")},
+        label_values={"outcome": _vocab.CALL_OUTCOMES},
     ),
     MetricSpec(
         "hook_duration", "hermes.context_engine.hook.duration",
@@ -88,13 +88,13 @@ METRICS: Tuple[MetricSpec, ...] = (
         "usage_tokens", "hermes.context_engine.usage_tokens",
         "hermes_context_engine_usage_tokens_total", COUNTER, "{token}",
         ("engine", "token_type"), "Usage reported to update_from_response, per token type.",
-        label_values={"token_type": ("prompt", "completion", "cache_read", "cache_write", "reasoning")},
+        label_values={"token_type": _vocab.TOKEN_TYPES},
     ),
     MetricSpec(
         "compressions", "hermes.context.compressions",
         "hermes_context_compressions_total", COUNTER, "{call}",
         ("engine", "outcome"), "compress() results.",
-        label_values={"outcome": ("compressed", "noop", "error", "timeout")},
+        label_values={"outcome": _vocab.COMPRESS_OUTCOMES},
     ),
     MetricSpec(
         "summary_failures", "hermes.context.compression.summary_failures",
@@ -103,7 +103,7 @@ METRICS: Tuple[MetricSpec, ...] = (
         "compress() calls that returned normally although the summary model failed, as the engine "
         "reports it (the built-in compressor does): a fallback summary was inserted (messages dropped "
         "without a real summary) or the compression was aborted (messages kept, context still full).",
-        label_values={"kind": ("fallback_summary", "aborted"), "cause": ("auth", "network", "other")},
+        label_values={"kind": _vocab.SUMMARY_FAILURE_KINDS, "cause": _vocab.SUMMARY_FAILURE_CAUSES},
     ),
     MetricSpec(
         "compression_checks", "hermes.context.compression.checks",
@@ -112,7 +112,7 @@ METRICS: Tuple[MetricSpec, ...] = (
         "Every compression decision the host asked for: should_compress / should_compress_preflight / "
         "should_compress_info answer compress or skip, should_defer_preflight_to_real_usage defer "
         "(wait for the provider's real usage) or estimate (go on with the rough estimate).",
-        label_values={"decision": ("compress", "skip", "defer", "estimate")},
+        label_values={"decision": _vocab.DECISIONS},
     ),
     MetricSpec(
         "compression_blocked", "hermes.context.compression.blocked",
@@ -121,8 +121,7 @@ METRICS: Tuple[MetricSpec, ...] = (
         "1 while the engine's own state blocks automatic compression (summary-failure cooldown, "
         "ineffective-compression or fallback-streak breaker, attempts exhausted), per reason, else 0; "
         "read from the engine's instance state, no engine code runs.",
-        label_values={"reason": ("summary_cooldown", "ineffective_compression", "fallback_streak",
-                                 "attempts_exhausted", "other")},
+        label_values={"reason": _vocab.BLOCKED_REASONS},
     ),
     MetricSpec(
         "summary_tokens", "hermes.context.compression.summary_tokens",
@@ -130,7 +129,7 @@ METRICS: Tuple[MetricSpec, ...] = (
         ("engine", "token_type"),
         "Tokens the summary model used for compress() calls, where observable (Hermes' own "
         "auxiliary usage record of task 'compression', read-only).",
-        label_values={"token_type": ("prompt", "completion", "cache_read", "cache_write", "reasoning")},
+        label_values={"token_type": _vocab.TOKEN_TYPES},
     ),
     MetricSpec(
         "cache_rewrite_tokens", "hermes.context.compaction.cache_rewrite_tokens",
@@ -149,13 +148,13 @@ METRICS: Tuple[MetricSpec, ...] = (
         "compression_tokens", "hermes.context.compression.tokens",
         "hermes_context_compression_tokens", HISTOGRAM, "{token}",
         ("engine", "stage"), "Tokens going into (before) and out of (after) compress().",
-        buckets=TOKEN_BUCKETS, label_values={"stage": ("before", "after")},
+        buckets=TOKEN_BUCKETS, label_values={"stage": _vocab.STAGES},
     ),
     MetricSpec(
         "compression_messages", "hermes.context.compression.messages",
         "hermes_context_compression_messages", HISTOGRAM, "{message}",
         ("engine", "stage"), "Messages going into (before) and out of (after) compress().",
-        buckets=MESSAGE_BUCKETS, label_values={"stage": ("before", "after")},
+        buckets=MESSAGE_BUCKETS, label_values={"stage": _vocab.STAGES},
     ),
     MetricSpec(
         "compression_in_flight", "hermes.context.compression.in_flight",
@@ -176,19 +175,19 @@ METRICS: Tuple[MetricSpec, ...] = (
         "compression_timeouts", "hermes.context.compression.timeouts",
         "hermes_context_compression_timeouts_total", COUNTER, "{event}",
         ("engine", "kind"), "Compression past its deadline: detected while running, reported by the host, or finished late.",
-        label_values={"kind": ("deadline_exceeded", "host_reported", "late_completion")},
+        label_values={"kind": _vocab.TIMEOUT_KINDS},
     ),
     MetricSpec(
         "fail_open", "hermes.context_engine.fail_open",
         "hermes_context_engine_fail_open_total", COUNTER, "{event}",
         ("engine", "hook", "reason"), "Hook failures the host falls open on (request or turn goes on unchanged).",
-        label_values={"reason": ("exception", "invalid_return")},
+        label_values={"reason": _vocab.FAIL_OPEN_REASONS},
     ),
     MetricSpec(
         "selections", "hermes.context.selections",
         "hermes_context_selections_total", COUNTER, "{call}",
         ("engine", "result"), "select_context outcomes.",
-        label_values={"result": ("unchanged", "same_selection", "changed_selection", "fail_open")},
+        label_values={"result": _vocab.SELECTION_RESULTS},
     ),
     MetricSpec(
         "cache_prefix_lost", "hermes.context.selection.cache_prefix_lost_tokens",
@@ -202,7 +201,7 @@ METRICS: Tuple[MetricSpec, ...] = (
         "prune_tool_results_only() results (Hermes 0.20+, after a tool iteration that did not compress): "
         "pruned (the host goes on with the new list), noop (nothing pruned), uncommitted (a count but the "
         "input list came back, so the host keeps it), fail_open (not a (list, n) pair), error (raised).",
-        label_values={"outcome": ("pruned", "noop", "uncommitted", "fail_open", "error")},
+        label_values={"outcome": _vocab.PRUNE_OUTCOMES},
     ),
     MetricSpec(
         "tool_result_prune_results", "hermes.context.tool_result_prune.results",
@@ -222,7 +221,7 @@ METRICS: Tuple[MetricSpec, ...] = (
         "Finished user turns the host reported to on_turn_complete (Hermes 0.20+, engines that define "
         "it): completed, interrupted or failed, and the host's exit reason (its word without detail; "
         "words it did not have in 0.22 count as other).",
-        label_values={"outcome": ("completed", "interrupted", "failed"),
+        label_values={"outcome": _vocab.TURN_OUTCOMES,
                       "exit_reason": _vocab.TURN_EXIT_REASONS + (_vocab.EXIT_REASON_OTHER, _vocab.UNSPECIFIED)},
     ),
     MetricSpec(
@@ -238,7 +237,7 @@ METRICS: Tuple[MetricSpec, ...] = (
         "clone_for_agent() calls (Hermes 0.22+ gives every agent its own copy of a plugin engine): "
         "observed (a new engine on the same pipeline), same_engine (the engine returned itself), "
         "unobserved (the copy could not be observed), error (raised; the host falls back to its built-in).",
-        label_values={"outcome": ("observed", "same_engine", "unobserved", "error")},
+        label_values={"outcome": _vocab.CLONE_OUTCOMES},
     ),
     MetricSpec(
         "bad_input", "hermes.context_engine.bad_input",
@@ -254,7 +253,7 @@ METRICS: Tuple[MetricSpec, ...] = (
         "telemetry_dropped", "hermes.context_engine.telemetry_dropped",
         "hermes_context_engine_telemetry_dropped_total", COUNTER, "{item}",
         ("signal",), "Telemetry items dropped because a bounded queue was full (event, store_row, span).",
-        label_values={"signal": ("event", "store_row", "span")},
+        label_values={"signal": _vocab.DROP_SIGNALS},
     ),
 )
 

@@ -148,9 +148,15 @@ BLOCK_STARTED = "started"
 BLOCK_ENDED = "ended"
 BLOCK_OUTCOMES: Tuple[str, ...] = (BLOCK_STARTED, BLOCK_ENDED)
 
+# -- the plugin ------------------------------------------------------------------------------
+# context.engine: observed, its config section, its plugin directory and entry point
+PLUGIN_NAME = "observed"
+
 # -- tokenizer ------------------------------------------------------------------------------
 TOKENIZER_ESTIMATE = "estimate"      # counts are a labelled estimate (no tiktoken encoding)
 TOKENIZER_TIKTOKEN_PREFIX = "tiktoken:"
+# tokens/ writes these two words itself (it imports nothing outside the package, by test);
+# tests/test_tokens.py::test_methods_are_the_vocabulary_words ties them to these.
 
 # -- alerts (deploy/prometheus/alerts.yml) and their severities -------------------------------
 CRITICAL = "critical"

@@ -40,7 +40,7 @@ from opentelemetry.util.re import parse_env_headers
 from ..version import __version__
 from . import otlp_wire
 
-logger = logging.getLogger("observed_engine.exporters.otlp")
+logger = logging.getLogger(__name__)
 
 DEFAULT_BASE_ENDPOINT = "http://localhost:4318"
 DEFAULT_TIMEOUT_S = 10.0

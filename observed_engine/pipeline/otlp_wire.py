@@ -25,7 +25,7 @@ import struct
 from collections.abc import Mapping, Sequence
 from typing import Any, Dict, List
 
-logger = logging.getLogger("observed_engine.exporters")
+logger = logging.getLogger(__name__)
 
 _VARINT_1 = [bytes((n,)) for n in range(0x80)]     # every one-byte varint, made once
 _double = struct.Struct("<d").pack

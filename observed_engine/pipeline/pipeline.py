@@ -26,7 +26,7 @@ from ..contract import spans as a
 from ..contract.events import DEADLINE_EXCEEDED, ENGINE_META_ATTRIBUTE, PUBLISH_ERRORS
 from ..contract.identifiers import identifier
 from ..contract.vocabulary import BLOCKED_REASONS, DROP_EVENT, DROP_SPAN, DROP_STORE_ROW
-from ..settings import Settings
+from ..settings import DEFAULT_COMPRESS_TIMEOUT, Settings
 from ..capture.state_reads import read_state
 from ..contract.events import MISSING, STATE_FIELDS
 from ..worker import EventProcessor
@@ -39,14 +39,14 @@ from .recorder import Recorder
 from .stores import StoreClient
 from .watchdog import CompressionWatchdog
 
-logger = logging.getLogger("observed_engine")
+logger = logging.getLogger(__name__)
 
 INSTRUMENTATION_NAME = "observed_engine"
 
 
 class Pipeline:
     def __init__(self, settings: Settings, tracer_provider=None, meter_provider=None, *,
-                 store_path=None, compress_timeout: float = 120.0, registry=None) -> None:
+                 store_path=None, compress_timeout: float = DEFAULT_COMPRESS_TIMEOUT, registry=None) -> None:
         self.settings = settings
         self.registry = registry
         self.given_providers = (tracer_provider, meter_provider)   # as passed (None: built or global)

@@ -29,7 +29,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 from ..contract.catalogue import BY_KEY
 
-logger = logging.getLogger("observed_engine.exporters")
+logger = logging.getLogger(__name__)
 
 ADDITIVE_GAUGES = frozenset({BY_KEY["compression_in_flight"].prom_name})
 _SUMMED_TYPES = ("counter", "histogram", "summary", "gaugehistogram")
@@ -206,11 +206,6 @@ def _release(endpoint: PrometheusEndpoint) -> None:
         for key in [k for k, e in _endpoints.items() if e is endpoint]:
             del _endpoints[key]
     endpoint.close()
-
-
-def open_endpoints() -> List[PrometheusEndpoint]:
-    with _endpoints_lock:
-        return list({id(e): e for e in _endpoints.values()}.values())
 
 
 def after_fork_in_child() -> None:

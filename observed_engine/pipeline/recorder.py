@@ -21,7 +21,7 @@ import threading
 from collections import deque
 from typing import Callable, Dict, List, Optional
 
-logger = logging.getLogger("observed_engine.recorder")
+logger = logging.getLogger(__name__)
 
 
 _PR_SET_TIMERSLACK, _PR_GET_TIMERSLACK = 29, 30     # prctl(2) options (Linux)

@@ -29,11 +29,11 @@ import weakref
 from typing import Dict, List, Optional
 
 from ..contract.records import replace
-from ..settings import Settings
+from ..settings import DEFAULT_COMPRESS_TIMEOUT, Settings
 from . import prometheus
 from .pipeline import Pipeline
 
-logger = logging.getLogger("observed_engine")
+logger = logging.getLogger(__name__)
 
 _DEFAULTS = Settings()
 
@@ -56,7 +56,7 @@ class Registry:
         self._sweep_pending = False
 
     def get(self, settings: Settings, tracer_provider=None, meter_provider=None, *,
-            store_path=None, compress_timeout: float = 120.0) -> Pipeline:
+            store_path=None, compress_timeout: float = DEFAULT_COMPRESS_TIMEOUT) -> Pipeline:
         """The pipeline for this configuration, made on first use."""
         shared = process_settings(settings)
         key = (id(tracer_provider), id(meter_provider), shared,

@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from ..settings import Settings
 from .providers import BuiltProviders, ErrorCounter
 
-logger = logging.getLogger("observed_engine.exporters")
+logger = logging.getLogger(__name__)
 
 
 def process_resource() -> Resource:

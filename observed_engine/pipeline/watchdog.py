@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
-logger = logging.getLogger("observed_engine")
+logger = logging.getLogger(__name__)
 _MAX_WAIT = min(3600.0, threading.TIMEOUT_MAX)
 
 

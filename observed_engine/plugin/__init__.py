@@ -35,11 +35,11 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 
 from .. import host
 from ..contract.hooks import OPTIONAL_HOOKS
+from ..contract.vocabulary import PLUGIN_NAME
 from .builtin import PLACEHOLDER_CONTEXT_LENGTH, build_compressor  # noqa: F401  (re-exported)
 
-logger = logging.getLogger("observed_engine.hermes_plugin")
+logger = logging.getLogger(__name__)
 
-PLUGIN_NAME = "observed"
 DEFAULT_INNER = "compressor"
 ENTRY_POINTS_GROUP = host.ENTRY_POINTS_GROUP
 

@@ -28,7 +28,7 @@ from typing import Any, Dict, Mapping, Optional
 
 from .. import host
 
-logger = logging.getLogger("observed_engine.hermes_plugin")
+logger = logging.getLogger(__name__)
 
 # A positive window so a constructor that resolves its window eagerly (0.16-0.19) does no network
 # lookup; the host's update_model() sets the real one right after.

@@ -18,7 +18,7 @@ from urllib.parse import quote
 from ..contract.store_schema import COLUMNS, SCHEMA_SQL, SCHEMA_VERSION, add_column_sql
 from .files import set_aside_stale_files
 
-logger = logging.getLogger("observed_engine.store")
+logger = logging.getLogger(__name__)
 
 
 def readonly_uri(path: os.PathLike | str) -> str:

@@ -15,7 +15,7 @@ from typing import Optional
 
 from ..contract.store_schema import ORPHAN_SUFFIX
 
-logger = logging.getLogger("observed_engine.store")
+logger = logging.getLogger(__name__)
 
 SIDE_SUFFIXES = ("-wal", "-shm")
 

@@ -29,7 +29,7 @@ from .retention import RETENTION_PAUSE, Retention
 from .statements import Statements
 from .values import is_data_error, storable_row
 
-logger = logging.getLogger("observed_engine.store")
+logger = logging.getLogger(__name__)
 
 
 class StoreWriter:

@@ -45,7 +45,7 @@ from . import helper as helper_process
 from . import provisioning
 from . import text as message_text
 
-logger = logging.getLogger("observed_engine.tokens")
+logger = logging.getLogger(__name__)
 
 __all__ = ["TokenCounter", "choose_encoding", "counter_for", "estimate_tokens", "resolve_encoding_name"]
 

@@ -29,7 +29,7 @@ import sys
 import threading
 from typing import Dict, List
 
-logger = logging.getLogger("observed_engine.tokens")
+logger = logging.getLogger(__name__)
 
 __all__ = ["HelperEncoder", "HelperFailed", "enabled", "helper_for", "running"]
 

@@ -26,7 +26,7 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-logger = logging.getLogger("observed_engine.tokens")
+logger = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_ENCODINGS", "EncodingUnavailable", "ensure_offline_encodings"]
 

@@ -32,7 +32,7 @@ from .pipeline_side import WorkerPipeline
 from .spans import DirectSpans
 from .state import resolve
 
-logger = logging.getLogger("observed_engine")
+logger = logging.getLogger(__name__)
 
 _NS = 1_000_000_000
 # Components that count their failures without logging them: the worker logs them once.
@@ -118,7 +118,7 @@ class EventProcessor:
         host waits for its provider rather than during that compression's turn."""
         prompt, threshold = row.get("prompt_tokens"), row.get("threshold_tokens")
         if (type(prompt) is int and type(threshold) is int and threshold > 0 and 2 * prompt >= threshold
-                and self.settings.tokenizer != "estimate" and token_counting.helper.enabled()):
+                and self.settings.tokenizer != v.TOKENIZER_ESTIMATE and token_counting.helper.enabled()):
             self.tokens_for(mem)
 
     # -- the batch loop ----------------------------------------------------------------
