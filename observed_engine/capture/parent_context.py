@@ -22,7 +22,7 @@ def _context_getter() -> Callable[[], Any]:
         runtime = otel_context._RUNTIME_CONTEXT
         if type(runtime) is ContextVarsRuntimeContext and type(runtime._current_context) is ContextVar:
             return runtime._current_context.get
-    except Exception:
+    except Exception:  # hot path setup: no fast getter, the generic one is used
         pass
     return otel_context.get_current
 
@@ -35,5 +35,5 @@ def detach(token) -> None:
     if token is not None:
         try:
             otel_context.detach(token)
-        except Exception:
+        except Exception:  # hot path: a token of another context; nothing to undo
             pass

@@ -113,7 +113,7 @@ def engine_name(inner) -> str:
         name = inner.name
         if isinstance(name, str) and name:
             return identifier(name)
-    except Exception:
+    except Exception:  # hot path: a name that raises falls back to the class's
         pass
     return identifier(type(inner).__name__)
 
@@ -155,7 +155,7 @@ def _generated_class(inner_cls, pipeline, inner_name, exposed, available, signat
                 # Duck-typed engine: a virtual subclass passes the plugin manager's isinstance
                 # check without mixing the ABC's class attributes into the lookup chain.
                 engine_abc.register(cls)
-        except Exception:
+        except Exception:  # an ABC that refuses registration: the engine stays duck-typed
             pass
     classes[key] = cls
     return cls
@@ -324,7 +324,7 @@ def _original_caller(cls, inner_cls, name):
         try:
             if getattr(inner_cls, name) is raw:
                 return raw, True   # the common case: a plain method, called directly
-        except Exception:
+        except Exception:  # a descriptor that raises: the generic lookup below decides
             pass
 
     def via_lookup(self, *args, __name=name, **kwargs):

@@ -61,7 +61,7 @@ def site_dir() -> Path:
     found = []
     try:
         found = list(md.distributions(name="observed-engine", path=search))
-    except Exception:
+    except Exception:  # unreadable metadata: no distribution found there
         pass
     found.sort(key=lambda dist: not str(getattr(dist, "_path", "")).endswith(".dist-info"))
     for dist in found:

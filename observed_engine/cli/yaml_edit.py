@@ -100,7 +100,7 @@ class ConfigDoc:
         self.data[key] = convert(mapping)
         try:
             self.data.yaml_set_comment_before_after_key(key, before=comment, indent=0)
-        except Exception:
+        except Exception:  # the comment is a courtesy; the key is written without it
             pass
 
     def dump(self) -> str:

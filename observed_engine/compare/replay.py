@@ -100,7 +100,7 @@ class SummaryMeter:
         response = self.call(*args, **kwargs)
         try:
             self.completion_tokens += self.count_text(_text(response.choices[0].message.content))
-        except Exception:
+        except Exception:  # a reply without text: no completion tokens to add
             pass
         return response
 

@@ -285,7 +285,7 @@ class Replayer:
         for s in [self.server, *self._servers.values()]:
             try:
                 s.stop()
-            except Exception:
+            except Exception:  # teardown: the next server is stopped anyway
                 pass
         from .replay import SCRATCH_ENV
 

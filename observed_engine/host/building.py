@@ -38,7 +38,7 @@ def building_agent() -> Optional[object]:
                 candidate = local_vars.get(name)
                 if candidate is not None and _is_aiagent(candidate):
                     return candidate
-        except Exception:
+        except Exception:  # a frame that cannot be read is not the agent's
             pass
         frame = frame.f_back
     return None
@@ -92,7 +92,7 @@ def agent_compressor_inputs(building: object) -> Dict[str, Any]:
         if callable(effective):
             try:
                 window = effective(window, None)
-            except Exception:
+            except Exception:  # the LM Studio lookup raised: the configured window stands
                 pass
         out["config_context_length"] = window
         if hasattr(building, "_custom_providers"):

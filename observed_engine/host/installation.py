@@ -107,7 +107,7 @@ def _owning_distribution(module_file: Path):
     for name in DISTRIBUTIONS:
         try:
             consider(md.distribution(name))
-        except Exception:
+        except Exception:  # not installed under that name: the next is tried
             pass
     if not owners:
         for dist in _all_distributions():

@@ -46,7 +46,7 @@ def directory_engine_names() -> list:
     if callable(iterate):
         try:
             names.update(name for name, path in iterate() if (Path(path) / "__init__.py").is_file())
-        except Exception:
+        except Exception:  # an older loader's iterator: the bundled directory is read below
             pass
     base = getattr(pce, "_CONTEXT_ENGINE_PLUGINS_DIR", None)
     try:

@@ -224,7 +224,7 @@ class HttpSender:
         self._stopping.set()
         try:
             self._session.close()
-        except Exception:
+        except Exception:  # teardown: the session is dropped either way
             pass
 
 

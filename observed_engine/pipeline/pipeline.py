@@ -21,6 +21,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
 
+from ..failsafe import swallowed
 from ..version import __version__
 from ..contract import spans as a
 from ..contract.events import DEADLINE_EXCEEDED, ENGINE_META_ATTRIBUTE, PUBLISH_ERRORS
@@ -382,10 +383,8 @@ class Pipeline:
                 return False
             if thread is None or not thread.is_alive():
                 def run(p=provider, ms=int(timeout * 1000)):
-                    try:
+                    with swallowed("flush", self.count_error):
                         p.force_flush(ms)
-                    except Exception:
-                        pass
                 thread = threading.Thread(target=run, name="observed-engine-flush", daemon=True)
                 self._flush_threads[id(provider)] = thread
                 thread.start()

@@ -107,7 +107,7 @@ class PrometheusEndpoint:
             if entry.count_error is not None:
                 try:
                     entry.count_error("exporter_prometheus")
-                except Exception:
+                except Exception:  # the counter is the last resort: nothing is left to tell
                     pass
             return []
 
@@ -164,7 +164,7 @@ class PrometheusEndpoint:
         try:
             self.server.shutdown()
             self.server.server_close()
-        except Exception:
+        except Exception:  # teardown: the port is freed with the process
             pass
 
 

@@ -33,5 +33,5 @@ class BuiltProviders:
         for close in reversed(self.closers):
             try:
                 close()
-            except Exception:
+            except Exception:  # teardown: each closer runs, whatever the one before did
                 pass

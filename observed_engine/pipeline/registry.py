@@ -28,6 +28,7 @@ import time
 import weakref
 from typing import Dict, List, Optional
 
+from ..failsafe import swallowed
 from ..contract.records import replace
 from ..settings import DEFAULT_COMPRESS_TIMEOUT, Settings
 from . import prometheus
@@ -155,10 +156,8 @@ class Registry:
             self._pipelines.clear()
             self._latest = None
         for pipeline in entries:
-            try:
+            with swallowed("shutdown"):
                 pipeline.shutdown(timeout)
-            except Exception:
-                pass
 
 
 def _shut_down_quietly(pipeline: Pipeline, budget: float) -> None:
@@ -197,16 +196,12 @@ def _at_exit() -> None:
     pipelines = [p for registry in list(_in_use) for p in registry.pipelines()]
     for i, pipeline in enumerate(pipelines):       # half the budget to deliver, shared out
         share = max(0.0, (deadline - EXIT_BUDGET_SECONDS / 2 - time.monotonic())) / (len(pipelines) - i)
-        try:
+        with swallowed("exit_delivery"):
             pipeline.deliver(share)
-        except Exception:
-            pass
     for i, pipeline in enumerate(pipelines):       # the rest to stop them
         share = max(0.1, (deadline - time.monotonic()) / (len(pipelines) - i))
-        try:
+        with swallowed("exit_shutdown"):
             pipeline.shutdown(share)
-        except Exception:
-            pass
 
 
 def _after_fork_in_child() -> None:

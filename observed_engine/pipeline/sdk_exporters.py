@@ -123,7 +123,7 @@ class CountingMetricExporter(_FailureCounting, MetricExporter):
     def shutdown(self, timeout_millis: float = 30_000, **_kwargs) -> None:
         try:
             self._inner.shutdown(timeout_millis=timeout_millis)
-        except Exception:
+        except Exception:  # teardown: the SDK's exporter logs its own failure
             pass
 
 
@@ -158,7 +158,7 @@ class CountingBatchSpanProcessor(BatchSpanProcessor):
             if self._count_drop is not None:
                 try:
                     self._count_drop("span", 1)
-                except Exception:
+                except Exception:  # the counter is the last resort: nothing is left to tell
                     pass
             return
         super().on_end(span)

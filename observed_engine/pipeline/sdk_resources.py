@@ -82,7 +82,7 @@ def _import_psutil_into(module: ModuleType) -> None:
         return
     try:
         setattr(module, _PSUTIL, real)
-    except Exception:
+    except Exception:  # a read-only module: the stand-in keeps importing on use
         pass
 
 

@@ -16,6 +16,8 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Tuple
 
+from ..failsafe import swallowed
+
 logger = logging.getLogger(__name__)
 _MAX_WAIT = min(3600.0, threading.TIMEOUT_MAX)
 
@@ -137,7 +139,5 @@ class CompressionWatchdog:
                     if not self._heap or self._heap[0][0] > time.monotonic():
                         break
             for call in due:
-                try:
+                with swallowed("watchdog"):
                     self._on_deadline(call, time.monotonic() - call.started)
-                except Exception:
-                    pass

@@ -120,7 +120,7 @@ def register(ctx) -> None:
                 "`observed-engine doctor` shows what Hermes selects",
                 getattr(other, "name", other), getattr(other, "name", "<name>"),
             )
-    except Exception:
+    except Exception:  # the warning is advice; the registration already happened
         pass
 
 

@@ -157,5 +157,5 @@ def create_or_migrate(conn: sqlite3.Connection):
 def close_quietly(conn: sqlite3.Connection) -> None:
     try:
         conn.close()
-    except Exception:
+    except Exception:  # teardown: a connection that cannot close is dropped
         pass

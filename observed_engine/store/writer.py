@@ -114,7 +114,7 @@ class StoreWriter:
                         logger.warning("observed-engine store %s: cannot start the writer thread (%s); rows are "
                                        "queued (up to %d) and the start is retried at the next submit",
                                        self.path, exc, self.max_queue)
-                    except Exception:
+                    except Exception:  # logging is the last resort: the failure is counted
                         pass
                     self._notify_error(exc)
                 return False
@@ -129,7 +129,7 @@ class StoreWriter:
         if self._on_error:
             try:
                 self._on_error("store", exc)
-            except Exception:
+            except Exception:  # the counter is the last resort: nothing is left to tell
                 pass
 
     def _count_dropped(self, n: int, on_drop: Optional[Callable[[int], None]] = None) -> None:
@@ -139,7 +139,7 @@ class StoreWriter:
         if on_drop:
             try:
                 on_drop(n)
-            except Exception:
+            except Exception:  # the counter is the last resort: rows_dropped still holds it
                 pass
 
     def submit(self, rows: Iterable[tuple], on_drop: Optional[Callable[[int], None]] = None) -> None:
@@ -234,7 +234,7 @@ class StoreWriter:
         that was renamed (mv) keeps its last rows."""
         try:
             conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except Exception:
+        except Exception:  # a checkpoint is a courtesy to a renamed file; closing follows
             pass
         close_quietly(conn)
         now = self._current_ids()
@@ -267,7 +267,7 @@ class StoreWriter:
                                    "and retried", self.path, kind, exc, self.max_queue)
                 else:
                     logger.warning(template, {"path": self.path, "exc": exc})
-        except Exception:
+        except Exception:  # logging is the last resort: the failure is counted
             pass
 
     def _error(self, kind: str, exc: BaseException) -> None:
@@ -355,7 +355,7 @@ class StoreWriter:
                          "mode are left as they are); store rows are dropped and counted in "
                          "hermes_context_engine_telemetry_dropped_total{signal=\"store_row\"}. Point "
                          "observed.store.path at a new file (or an observed-engine store) and restart.", exc)
-        except Exception:
+        except Exception:  # logging is the last resort: the refusal is counted
             pass
         self._notify_error(exc)
         self._count_dropped(n_rows)

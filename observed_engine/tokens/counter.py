@@ -343,7 +343,7 @@ class TokenCounter:
                     if self._state is current:
                         self._state = replacement
                     return replacement
-                except Exception:
+                except Exception:  # the reload failed: the current encoder is kept
                     pass
             logger.warning("observed-engine: the token-counting helper process failed (%s: %s); "
                            "loading %s in this process", type(exc).__name__, exc, state.encoding_name)

@@ -159,12 +159,12 @@ class HelperEncoder:
         for stream in (self._proc.stdin, self._proc.stdout):
             try:
                 stream.close()
-            except Exception:
+            except Exception:  # teardown: the helper exits at end-of-file anyway
                 pass
         if self._failed is not None:
             try:
                 self._proc.kill()
-            except Exception:
+            except Exception:  # teardown: a helper already gone
                 pass
 
     def _forget_in_child(self) -> None:
@@ -174,7 +174,7 @@ class HelperEncoder:
         for stream in (self._proc.stdin, self._proc.stdout):
             try:
                 stream.close()
-            except Exception:
+            except Exception:  # teardown: the child's copy of a pipe
                 pass
 
 

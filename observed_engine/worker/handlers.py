@@ -592,7 +592,7 @@ def handle_tool_call(w, _mem, _label, ev, row, attrs) -> None:
         tool_args = _arg(ev, 1, "args")
         try:
             attrs[a.TOOL_CALL_ARGUMENTS] = row["content"] = json.dumps(tool_args, default=str)[:4096]
-        except Exception:
+        except Exception:  # hot path (per event): arguments that cannot be written are left out
             pass
 
 
