@@ -237,6 +237,9 @@ def _process_scratch() -> str:
     return tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=str(base))
 
 
+TOKENIZER_PROCESS_ENV = "OBSERVED_TOKENIZER_PROCESS"
+
+
 class Replayer:
     """Replays jobs one after another in this process, with one replay LLM for all of them."""
 
@@ -249,7 +252,8 @@ class Replayer:
         os.environ[SCRATCH_ENV] = self._scratch
         # tiktoken in this process, as in a worker: the replay LLM counts every request, and the
         # helper process would be one more process per sweep to feed and to schedule (same counts)
-        os.environ.setdefault("OBSERVED_TOKENIZER_PROCESS", "0")
+        self._tokenizer_env_set = TOKENIZER_PROCESS_ENV not in os.environ     # undone by close()
+        os.environ.setdefault(TOKENIZER_PROCESS_ENV, "0")
         self.server = ReplayServer([], model="replay-model", context_length=128_000).start()
         self._servers: Dict[str, Any] = {}
 
@@ -291,6 +295,8 @@ class Replayer:
 
         if os.environ.get(SCRATCH_ENV) == self._scratch:
             os.environ.pop(SCRATCH_ENV, None)
+        if self._tokenizer_env_set:     # a serial sweep inside another program leaves its env as it was
+            os.environ.pop(TOKENIZER_PROCESS_ENV, None)
         import shutil
 
         shutil.rmtree(self._scratch, ignore_errors=True)
