@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional
 
 from .contract.records import field, fields, record, replace
 from .contract.store_schema import default_store_path
-
+from .contract.vocabulary import BUILTIN_ENGINE
 
 DEFAULT_COMPRESS_TIMEOUT = 120.0   # the host's default compression.context_timeout_seconds
 
@@ -47,7 +47,7 @@ class OtlpSettings:
 
 @record
 class Settings:
-    inner: str = "compressor"
+    inner: str = BUILTIN_ENGINE
     name: Optional[str] = None          # the engine name the host sees; None: the inner's name
     enabled: bool = True                # False: hooks pass straight through, no telemetry at all
     traces: bool = True
@@ -69,7 +69,7 @@ class Settings:
         mapping: Optional[Mapping[str, Any]] = None,
         *,
         env: Optional[Mapping[str, str]] = None,
-    ) -> "Settings":
+    ) -> Settings:
         env = os.environ if env is None else env
         if mapping is None:
             mapping = {}
@@ -79,7 +79,7 @@ class Settings:
             raise SettingsError(f"observed: expected a mapping of keys, got {type(mapping).__name__} {mapping!r}")
         values = _parse_section(cls, mapping, "observed")
         otlp = values.get("otlp", OtlpSettings())
-        if not isinstance(mapping.get("otlp"), Mapping) or "enabled" not in mapping.get("otlp", {}):
+        if not isinstance(mapping.get("otlp"), Mapping) or "enabled" not in mapping.get("otlp", {}):  # noqa: SIM102
             # The standard env var turns OTLP on unless the config says otherwise.
             if env.get("OTEL_EXPORTER_OTLP_ENDPOINT") or env.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") \
                     or env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 from .. import host
+from ..contract.vocabulary import BUILTIN_ENGINE
 from .errors import CliError
 from .paths import PLUGIN_NAME
 
@@ -225,11 +226,11 @@ def findable_engines(name: str) -> Optional[List[str]]:
     entry points), then, only if needed, Hermes' plugin scan (observed's own engine dry)."""
     from .. import plugin
 
-    if name == "compressor":
+    if name == BUILTIN_ENGINE:
         return None
     if host.bundled_engines_dir() is None:
         return None
-    names = {"compressor", *host.directory_engine_names(), *(ep.name for ep in host.entry_points())}
+    names = {BUILTIN_ENGINE, *host.directory_engine_names(), *(ep.name for ep in host.entry_points())}
     names.discard(PLUGIN_NAME)
     if name in names:
         return None

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .. import host, plugin
+from ..contract.vocabulary import BUILTIN_ENGINE
 from ..settings import Settings
 from . import entry_point, inputs, paths
 from .checks import Context, check_selection, directory_fix, directory_route, result
@@ -32,7 +33,7 @@ DEFAULT_SECTION_COMMENT = (
 
 def default_section() -> Dict[str, Any]:
     return {
-        "inner": "compressor",
+        "inner": BUILTIN_ENGINE,
         "store": {"retention_days": 14},
         "prometheus": {"enabled": False, "host": "127.0.0.1", "port": 9464},
         "capture_content": False,
@@ -161,11 +162,11 @@ def inner_to_write(doc: ConfigDoc, inner_arg: Optional[str], previous: Optional[
     current_inner = section.get("inner") if isinstance(section, dict) else None
     if inner_arg:
         return inner_arg, "--inner"
-    if previous and previous not in ("compressor", PLUGIN_NAME) and current_inner in (None, "compressor"):
+    if previous and previous not in (BUILTIN_ENGINE, PLUGIN_NAME) and current_inner in (None, BUILTIN_ENGINE):
         return previous, "context.engine"
     if isinstance(current_inner, str) and current_inner.strip():
         return current_inner.strip(), "observed.inner"
-    return "compressor", "default"
+    return BUILTIN_ENGINE, "default"
 
 
 def check_inner(name: str, source: str, cfg_file: Path) -> None:
@@ -260,7 +261,7 @@ def _install(args, home: Path, inner_arg: Optional[str], doc: ConfigDoc, state: 
         undo_plugin()
         raise
 
-    inner = doc.get(PLUGIN_NAME, "inner", default="compressor")
+    inner = doc.get(PLUGIN_NAME, "inner", default=BUILTIN_ENGINE)
     out.append(f"route: {route}; observing inner engine {inner!r}")
     if not doc.round_trip:
         out.append("note: ruamel.yaml is missing, config.yaml was rewritten with PyYAML "
@@ -287,9 +288,9 @@ def _edit_and_record(doc: ConfigDoc, state: Dict[str, Any], home: Path, route: s
         section = doc.get(PLUGIN_NAME)
     if inner_arg:
         doc.set((PLUGIN_NAME, "inner"), inner_arg)
-    elif previous and previous not in ("compressor", PLUGIN_NAME):
+    elif previous and previous not in (BUILTIN_ENGINE, PLUGIN_NAME):
         current_inner = section.get("inner")
-        if current_inner in (None, "compressor"):
+        if current_inner in (None, BUILTIN_ENGINE):
             doc.set((PLUGIN_NAME, "inner"), previous)
         elif current_inner != previous:
             out.append(f"note: keeping observed.inner={current_inner!r} "
@@ -322,8 +323,8 @@ def _edit_and_record(doc: ConfigDoc, state: Dict[str, Any], home: Path, route: s
             out.append("config: observed removed from plugins.enabled (the entry-point route is replaced)")
         state.pop("added_to_plugins_enabled", None)
         state.pop("added_plugins_enabled_key", None)
-    inner_now = doc.get(PLUGIN_NAME, "inner", default="compressor")
-    if isinstance(inner_now, str) and inner_now not in ("compressor", PLUGIN_NAME) \
+    inner_now = doc.get(PLUGIN_NAME, "inner", default=BUILTIN_ENGINE)
+    if isinstance(inner_now, str) and inner_now not in (BUILTIN_ENGINE, PLUGIN_NAME) \
             and any(ep.name == inner_now for ep in host.entry_points()):
         reason = host.plugin_gate(inner_now)
         if reason is not None:

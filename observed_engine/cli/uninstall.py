@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import List, Tuple
 
 from .. import host
+from ..contract.vocabulary import BUILTIN_ENGINE
 from . import entry_point, inputs, paths
 from .errors import CliError
 from .paths import PLUGIN_NAME, config_path, read_state, state_path, user_plugin_dir
@@ -26,7 +27,7 @@ def _restore_config(doc: ConfigDoc, state: dict, out: List[str]) -> None:
         previous = state.get("previous_engine")
         if previous is None and not state:
             inner = doc.get(PLUGIN_NAME, "inner")
-            previous = inner if isinstance(inner, str) and inner not in ("compressor", PLUGIN_NAME) else None
+            previous = inner if isinstance(inner, str) and inner not in (BUILTIN_ENGINE, PLUGIN_NAME) else None
         if previous and state.get("previous_engine_set", True):
             doc.set(("context", "engine"), previous)
             out.append(f"config: context.engine restored to {previous!r}")

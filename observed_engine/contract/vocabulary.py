@@ -151,6 +151,8 @@ BLOCK_OUTCOMES: Tuple[str, ...] = (BLOCK_STARTED, BLOCK_ENDED)
 # -- the plugin ------------------------------------------------------------------------------
 # context.engine: observed, its config section, its plugin directory and entry point
 PLUGIN_NAME = "observed"
+# Hermes' name for its built-in ContextCompressor (context.engine: compressor): observed.inner's default
+BUILTIN_ENGINE = "compressor"
 
 # -- tokenizer ------------------------------------------------------------------------------
 TOKENIZER_ESTIMATE = "estimate"      # counts are a labelled estimate (no tiktoken encoding)

@@ -7,6 +7,7 @@ import logging
 import os
 from typing import Any, Dict, Mapping, Optional
 
+from ..contract.vocabulary import BUILTIN_ENGINE
 from .home import load_config, truthy
 
 logger = logging.getLogger(__name__)
@@ -91,6 +92,7 @@ def simulate_selection(engine_name: str, *, directory: bool = True) -> Dict[str,
     import copy
 
     import hermes_cli.plugins as hp
+
     from plugins.context_engine import load_context_engine
 
     out: Dict[str, Any] = {"engine": None, "route": "builtin", "plugin_engine": None,
@@ -111,7 +113,7 @@ def simulate_selection(engine_name: str, *, directory: bool = True) -> Dict[str,
     hp._plugin_manager = hp.PluginManager()
     hp.PluginContext = RecordingContext
     try:
-        if engine_name and engine_name != "compressor":
+        if engine_name and engine_name != BUILTIN_ENGINE:
             try:
                 out["engine"] = load_context_engine(engine_name) if directory else None
             except Exception as exc:

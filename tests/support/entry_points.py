@@ -103,7 +103,7 @@ def isolated_plugin_host(tmp_path: Path, monkeypatch):
         if var.startswith("OTEL_"):
             monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(hp, "_plugin_manager", None)
-    monkeypatch.setattr(oplugin, "_gate_notices", set())
+    monkeypatch.setattr(oplugin.inner, "_gate_notices", set())
     return home
 
 
@@ -153,9 +153,8 @@ def hermes_agent_home(tmp_path: Path, monkeypatch):
     Yields (the Hermes home, the stand-in plugins directory)."""
     import os
 
-    import plugins.context_engine as pce
-
     import observed_engine
+    import plugins.context_engine as pce
 
     home = isolated_plugin_host(tmp_path, monkeypatch)
     for var in list(os.environ):

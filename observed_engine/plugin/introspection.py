@@ -1,0 +1,26 @@
+"""What ``observed-engine doctor`` reports of an engine: the hooks it overrides, its tools."""
+
+from __future__ import annotations
+
+from typing import Dict, Mapping
+
+from .. import host
+from ..contract.hooks import OPTIONAL_HOOKS
+
+
+def overridden_hooks(engine) -> Dict[str, bool]:
+    """Which optional hooks *engine* overrides relative to Hermes' ABC: the head host's own
+    test (``contract.hooks.overrides_default``), the one the wrapper uses too."""
+    return {hook: host.overrides_abc_default(engine, hook) for hook in OPTIONAL_HOOKS}
+
+
+def tool_names(engine) -> list:
+    try:
+        schemas = engine.get_tool_schemas() or []
+    except Exception:
+        return []
+    names = []
+    for schema in schemas:
+        if isinstance(schema, Mapping):
+            names.append(schema.get("name") or (schema.get("function") or {}).get("name") or "?")
+    return names
