@@ -148,8 +148,9 @@ def bench_compress(store_dir: str) -> None:
 
 
 def bench_load(rate: int, seconds: float, store_dir: str, spans: bool = False, queue: int = 1_000_000) -> None:
-    import observed_engine
     from agent.context_compressor import ContextCompressor
+
+    import observed_engine
     from observed_engine.api import pipeline_for
 
     reader = InMemoryMetricReader()
@@ -201,8 +202,9 @@ def bench_load(rate: int, seconds: float, store_dir: str, spans: bool = False, q
 
 
 def bench_memory(calls: int, store_dir: str) -> None:
-    import observed_engine
     from agent.context_compressor import ContextCompressor
+
+    import observed_engine
     from observed_engine.api import pipeline_for
 
     tp = TracerProvider()

@@ -125,10 +125,9 @@ def join_prefetch(timeout: float = 120.0) -> float:
 
 def bench_app(path: Path, range_label: str, quantum: float, repeat: int) -> tuple:
     import streamlit as st
-    from streamlit.testing.v1 import AppTest
-
     from observed_engine.dashboard import prefetch
     from observed_engine.dashboard.tabs import TABS
+    from streamlit.testing.v1 import AppTest
 
     os.environ["OBSERVED_STORE"] = str(path)
     os.environ["OBSERVED_REFRESH_SECONDS"] = f"{quantum:g}"

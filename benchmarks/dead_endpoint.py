@@ -44,12 +44,13 @@ def run_child(args) -> None:
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=logging.WARNING, handlers=[handler])
 
-    import observed_engine
-    from observed_engine import observe
     from prometheus_client.parser import text_string_to_metric_families
     from support.engines import ScriptedEngine
     from support.latency import ReceiverProcess, hook_latencies, interleaved, summary
     from support.servers import BlackHole, free_port, http_get, refused_port
+
+    import observed_engine
+    from observed_engine import observe
 
     receiver = ReceiverProcess()
     hole = BlackHole()

@@ -18,7 +18,6 @@ import streamlit as st
 from .format import literal, plural
 from .sources import CAP_EXACT, Filters, Source, SourceError, Status, skipped
 
-
 _STATUS: Dict[str, Tuple[int, Status]] = {}
 _STATUS_LOCK = threading.Lock()
 

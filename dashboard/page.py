@@ -21,7 +21,12 @@ from .header import render_alert_banner, render_kpis
 from .prefetch import prefetch
 from .prom_http import check_url
 from .sources import (
-    CAP_SESSIONS, DEFAULT_RANGE, RANGE_PRESETS, SourceError, Status, make_filters,
+    CAP_SESSIONS,
+    DEFAULT_RANGE,
+    RANGE_PRESETS,
+    SourceError,
+    Status,
+    make_filters,
 )
 from .tabs import TABS
 from .tabs.session import TITLE as SESSION_TAB
@@ -218,7 +223,7 @@ def _panels(ctx: Ctx) -> None:
     ctx.alerts = guard(render_alert_banner, ctx)
     guard(render_kpis, ctx)
     tabs = st.tabs(list(TABS), key="view", on_change="rerun")
-    for tab, (name, render) in zip(tabs, TABS.items()):
+    for tab, (_name, render) in zip(tabs, TABS.items()):
         with tab:
             if tab.open is False:          # lazy: only the selected tab queries
                 continue

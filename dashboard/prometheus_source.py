@@ -30,9 +30,22 @@ from observed_engine.contract.promql import agg, eq, gauge, increase_sum, one_of
 
 from .prom_http import PrometheusHTTP
 from .sources import (
-    ALERT_COLUMNS, BLOCKED_COLUMNS, CAP_ALERTS, CONTENT_COLUMNS, DECISION_COLUMNS, HOOK_COMPRESS, INCIDENT_COLUMNS, INCIDENT_COUNT_COLUMNS,
-    SESSION_COLUMNS, TIMELINE_COLUMNS, Filters, SourceError, Status,
-    CLONE_COLUMNS, PRUNE_COLUMNS, TURN_COLUMNS,
+    ALERT_COLUMNS,
+    BLOCKED_COLUMNS,
+    CAP_ALERTS,
+    CLONE_COLUMNS,
+    CONTENT_COLUMNS,
+    DECISION_COLUMNS,
+    HOOK_COMPRESS,
+    INCIDENT_COLUMNS,
+    INCIDENT_COUNT_COLUMNS,
+    PRUNE_COLUMNS,
+    SESSION_COLUMNS,
+    TIMELINE_COLUMNS,
+    TURN_COLUMNS,
+    Filters,
+    SourceError,
+    Status,
 )
 
 
@@ -135,7 +148,7 @@ class PrometheusSource:
     def _vec(self, promql: str, f: Filters, labels: Sequence[str]) -> Dict[tuple, float]:
         out: Dict[tuple, float] = {}
         for r in self.query(promql, self._at(f)):
-            key = tuple(r.get("metric", {}).get(l) for l in labels)
+            key = tuple(r.get("metric", {}).get(name) for name in labels)
             v = _num(r.get("value", [None, None])[1])
             if v is not None:
                 out[key] = v
@@ -144,7 +157,7 @@ class PrometheusSource:
     def _matrix(self, promql: str, f: Filters, labels: Sequence[str], shift: float = 0.0) -> pd.DataFrame:
         rows = []
         for r in self.query_range(promql, f.start + f.step, self._at(f), f.step):
-            key = tuple(r.get("metric", {}).get(l) for l in labels)
+            key = tuple(r.get("metric", {}).get(name) for name in labels)
             for ts, v in r.get("values", []):
                 x = _num(v)
                 if x is not None:

@@ -105,7 +105,7 @@ def scenario_rows(now: float) -> List[tuple]:
 
     # sess-gamma on "lcm": a second engine for the comparison view.
     t = t0 + 200
-    for i, p in enumerate((10_000, 25_000, 40_000)):
+    for _i, p in enumerate((10_000, 25_000, 40_000)):
         t += 90
         rows.append(_row(ts=t, session="sess-gamma", engine="lcm", hook="update_from_response", outcome=v.CALL_OK,
                          duration_s=0.0001, prompt_tokens=p, threshold_tokens=150_000, window_tokens=200_000,
@@ -135,7 +135,7 @@ def synthetic_rows(n: int, *, end_ts: float, span_s: float = 86_400.0, seed: int
     # ~4.05 rows per turn; overshoot a little, the oldest rows are cut below
     sessions = max(1, math.ceil(n * 1.08 / (turns * 4.05)))
     start = end_ts - span_s
-    I = _IDX
+    I = _IDX  # noqa: E741  (a column index read on every generated row: kept one letter)
     lognorm = rnd.lognormvariate
     random_ = rnd.random
 

@@ -1,6 +1,6 @@
 """``observe()`` and ``unobserve()``: the host's facts + a pipeline + capture.
 
-This module composes the layers: it asks the host (``host.py``) for what only the
+This module composes the layers: it asks the host (``host/``) for what only the
 installed Hermes knows (its ``ContextEngine`` ABC, HERMES_HOME for the default store,
 the configured compress timeout), gets the pipeline for the process configuration
 from a registry, and has capture re-class the engine.

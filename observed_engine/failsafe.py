@@ -60,7 +60,7 @@ class swallowed:
         self.component = component
         self.count = count
 
-    def __enter__(self) -> "swallowed":
+    def __enter__(self) -> swallowed:
         return self
 
     def __exit__(self, etype, exc, tb) -> bool:

@@ -7,8 +7,18 @@ lives in :mod:`observed_engine.plugin`.
 """
 
 from .plugin import (  # noqa: F401  (the plugin's public names, importable from here)
-    DEFAULT_INNER, PLUGIN_NAME, InnerEngineError, build_compressor, build_engine, build_inner,
-    build_inner_or_fallback, load_hermes_config, observed_section, overridden_hooks, register,
-    tool_names, validate_section,
+    DEFAULT_INNER,
+    PLUGIN_NAME,
+    InnerEngineError,
+    _building,  # noqa: F401  (tests re-enter register() through it)
+    build_compressor,
+    build_engine,
+    build_inner,
+    build_inner_or_fallback,
+    load_hermes_config,
+    observed_section,
+    overridden_hooks,
+    register,
+    tool_names,
+    validate_section,
 )
-from .plugin import _building  # noqa: F401  (tests re-enter register() through it)

@@ -28,7 +28,6 @@ Kept generic on purpose: any test module may use these.
 from __future__ import annotations
 
 import pytest
-
 from support.otel import Providers
 from support.servers import WebhookReceiver
 

@@ -111,9 +111,7 @@ def _decode_metrics(req: metrics_service_pb2.ExportMetricsServiceRequest, transp
                 rec = ReceivedMetric(transport, res, sm.scope.name, m.name, m.unit, kind)
                 data = getattr(m, kind, None) if kind else None
                 for dp in (data.data_points if data is not None else ()):
-                    if kind in ("histogram", "exponential_histogram"):
-                        value = (dp.count, dp.sum)
-                    elif kind == "summary":
+                    if kind in ("histogram", "exponential_histogram") or kind == "summary":
                         value = (dp.count, dp.sum)
                     else:
                         value = _number(dp)
@@ -142,7 +140,7 @@ class OtlpReceiver:
 
     # -- lifecycle -----------------------------------------------------------
 
-    def start(self) -> "OtlpReceiver":
+    def start(self) -> OtlpReceiver:
         if self._want_grpc:
             self._start_grpc()
         if self._want_http:
@@ -158,7 +156,7 @@ class OtlpReceiver:
             self._http_server.server_close()
             self._http_server = None
 
-    def __enter__(self) -> "OtlpReceiver":
+    def __enter__(self) -> OtlpReceiver:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -19,14 +19,16 @@ import time
 from pathlib import Path
 
 import pytest
-
-import observed_engine
-from observed_engine import is_observed
-from observed_engine import plugin as plugin_side   # register() (re-exported by hermes_plugin) looks build_engine up here
 from support.entry_points import hermes_agent_home, simulate_observed_entry_point
 from support.otel import Providers
 from support.servers import free_port, scrape
 from support.store_rows import read_rows
+
+import observed_engine
+from observed_engine import is_observed
+from observed_engine import (
+    plugin as plugin_side,  # register() (re-exported by hermes_plugin) looks build_engine up here
+)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_llm_server import FakeLLMServer  # noqa: E402

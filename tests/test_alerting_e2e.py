@@ -17,14 +17,20 @@ import threading
 import time
 
 import pytest
+from support.deploy import ALERT_RULES, alertmanager_config
+from support.engines import ScriptedEngine, SelectingEngine, blocking_compress, transcript
+from support.servers import (
+    ALERTMANAGER_BIN,
+    PROMETHEUS_BIN,
+    AlertmanagerServer,
+    PrometheusServer,
+    free_port,
+    require_binary,
+    wait_until,
+)
 
 import observed_engine
 from observed_engine import observe
-
-from support.deploy import ALERT_RULES, alertmanager_config
-from support.engines import ScriptedEngine, SelectingEngine, blocking_compress, transcript
-from support.servers import (AlertmanagerServer, PrometheusServer, free_port, require_binary, wait_until,
-                             ALERTMANAGER_BIN, PROMETHEUS_BIN)
 
 DEADLINE = 0.3
 

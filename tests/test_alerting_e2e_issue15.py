@@ -24,19 +24,25 @@ import re
 import time
 
 import pytest
-
-import observed_engine
-from observed_engine import observe
-
 from agent.conversation_compression import compress_context
-
 from support.builtin import compressor
 from support.deploy import ALERT_RULES, alertmanager_config
 from support.engines import ScriptedEngine, agent_transcript, transcript
 from support.host import StandInAgent
 from support.llm import SUMMARY_TEXT, FakeLLM, ProviderError, install_llm
-from support.servers import (AlertmanagerServer, PrometheusServer, free_port, http_get, require_binary,
-                             wait_until, ALERTMANAGER_BIN, PROMETHEUS_BIN)
+from support.servers import (
+    ALERTMANAGER_BIN,
+    PROMETHEUS_BIN,
+    AlertmanagerServer,
+    PrometheusServer,
+    free_port,
+    http_get,
+    require_binary,
+    wait_until,
+)
+
+import observed_engine
+from observed_engine import observe
 
 pytestmark = pytest.mark.prometheus
 

@@ -15,12 +15,11 @@ import logging
 import sqlite3
 
 import pytest
-
 from head_host import HeadHost
 from support.engines import LedgerEngine
 from support.logs import matching, our_records
-from support.twins import render, run_hook, state_of
 from support.otel import Providers
+from support.twins import render, run_hook, state_of
 
 REPEAT = 3          # every input is given three times: counted three times, logged once
 

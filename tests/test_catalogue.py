@@ -33,7 +33,7 @@ def test_prometheus_names_are_what_the_exporter_exposes():
     for spec in catalogue.METRICS:
         sample = next(line for line in text.splitlines() if line.startswith(spec.prom_name + ("_bucket{" if spec.kind == catalogue.HISTOGRAM else "{")))
         labels = {kv.split("=")[0] for kv in sample[sample.index("{") + 1: sample.index("}")].split(",")}
-        labels = {l for l in labels if not l.startswith("otel_scope") and l != "le"}
+        labels = {name for name in labels if not name.startswith("otel_scope") and name != "le"}
         assert labels == set(spec.labels), (spec.prom_name, labels)
     provider.shutdown()
 

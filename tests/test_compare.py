@@ -19,6 +19,8 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+from support.llm import install_llm
+from support.store_rows import read_rows
 
 from observed_engine import host
 from observed_engine.api import observe
@@ -26,8 +28,6 @@ from observed_engine.cli import main
 from observed_engine.compare import CompareError, run_compare
 from observed_engine.compare.sessions import read_conversations
 from observed_engine.pipeline import Registry
-from support.llm import install_llm
-from support.store_rows import read_rows
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_llm_server import FakeLLMServer  # noqa: E402

@@ -19,12 +19,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-import observed_engine
-from observed_engine import plugin as plugin_side
 from support.entry_points import hermes_agent_home, simulate_observed_entry_point
 from support.otel import Providers
 from support.store_rows import read_rows
+
+import observed_engine
+from observed_engine import plugin as plugin_side
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fake_llm_server import FakeLLMServer  # noqa: E402

@@ -12,9 +12,10 @@ import sqlite3
 import threading
 import time
 
-import observed_engine
 from support.engines import LedgerEngine
 from support.otel import Providers
+
+import observed_engine
 
 THREADS = 32
 SESSIONS = 1000

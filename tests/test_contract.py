@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.engines import transcript
 
 import observed_engine
 from observed_engine import Registry, observe
@@ -22,7 +23,6 @@ from observed_engine.contract import catalogue, hooks, vocabulary
 from observed_engine.contract.events import CompressCapture, HookEvent
 from observed_engine.worker import usage
 from observed_engine.worker.handlers import HANDLERS, USAGE_COLUMNS
-from support.engines import transcript
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -11,21 +11,22 @@ import threading
 from collections import Counter
 
 import pytest
-import observed_engine
 from agent.context_engine import ContextEngine
-
+from support.builtin import compressor
 from support.engines import (
     CloneableEngine,
     DuckEngine,
     KwargsEngine,
     NarrowEngine,
+)
+from support.engines import (
     agent_transcript as transcript,
 )
 from support.twins import deep_state
-from observed_engine import is_observed
-from observed_engine import REGISTRY
+
+import observed_engine
+from observed_engine import REGISTRY, is_observed
 from observed_engine.capture import observed_meta
-from support.builtin import compressor
 
 HOOK_CALLS = "hermes.context_engine.hook.calls"
 COMPRESSIONS = "hermes.context.compressions"

@@ -47,13 +47,21 @@ from typing import Callable, Optional
 
 import pytest
 from markdown_it import MarkdownIt
-from support import real_feeds
-from support.real_feeds import (SCRIPT, EngineExporter, StoreFacts, copy_store, feed_real_session, percentiles,
-                                prometheus_ready_for, store_facts)
-from support.servers import PrometheusServer, free_port
-
 from observed_engine.dashboard.format import fmt_int, fmt_pct, fmt_seconds, fmt_tokens
 from observed_engine.dashboard.sample_data import scenario_rows
+from support import real_feeds
+from support.real_feeds import (
+    SCRIPT,
+    EngineExporter,
+    StoreFacts,
+    copy_store,
+    feed_real_session,
+    percentiles,
+    prometheus_ready_for,
+    store_facts,
+)
+from support.servers import PrometheusServer, free_port
+
 from observed_engine.contract import catalogue
 from observed_engine.contract.store_schema import INSERT_SQL, make_row
 from observed_engine.store import StoreWriter, connect

@@ -30,9 +30,9 @@ pytestmark = [
 ]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import test_dashboard_apptest as apptest  # noqa: E402
 from support.real_feeds import copy_store  # noqa: E402
 from support.servers import ServerProcess  # noqa: E402
-import test_dashboard_apptest as apptest  # noqa: E402
 from test_dashboard_apptest import drawn_sessions, open_sessions, pct0, write_store  # noqa: E402
 from test_dashboard_markdown import PAYLOAD, payload_rows  # noqa: E402
 
@@ -58,7 +58,7 @@ class StreamlitServer(ServerProcess):
     # what ``observed-engine dashboard`` passes (observed_engine.demo.dashboard_command)
     LAUNCHER_FLAGS = ("--browser.gatherUsageStats", "false", "--client.toolbarMode", "viewer")
 
-    def start(self, env: dict, flags: Sequence[str] = LAUNCHER_FLAGS) -> "StreamlitServer":
+    def start(self, env: dict, flags: Sequence[str] = LAUNCHER_FLAGS) -> StreamlitServer:
         self._spawn([sys.executable, "-m", "streamlit", "run", "dashboard/app.py", "--server.headless", "true",
                      "--server.address", "127.0.0.1", "--server.port", str(self.port), *flags], env=env, cwd=ROOT)
         self.wait_ready(timeout=60)

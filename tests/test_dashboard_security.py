@@ -25,12 +25,18 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_dashboard_apptest import (  # noqa: E402
-    FakePrometheus, app, markdown_elements, metrics, rendered, run_ok, texts, write_store,
-)
-
 from observed_engine.dashboard.prom_http import BAD_URL  # noqa: E402
 from observed_engine.dashboard.sample_data import scenario_rows  # noqa: E402
+from test_dashboard_apptest import (  # noqa: E402
+    FakePrometheus,
+    app,
+    markdown_elements,
+    metrics,
+    rendered,
+    run_ok,
+    texts,
+    write_store,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -175,7 +181,7 @@ def test_a_redirect_to_another_scheme_is_refused(monkeypatch, fetches, scheme):
         while True:
             try:
                 accepted.append(listener.accept()[0])
-            except socket.timeout:
+            except TimeoutError:
                 continue
             except OSError:
                 return

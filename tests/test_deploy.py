@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.deploy import panel_exprs
 
 from observed_engine.contract.catalogue import BY_PROM_NAME, HISTOGRAM, METRICS, prometheus_series_names
-from support.deploy import panel_exprs
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"

@@ -93,7 +93,7 @@ class FakeHermesMetrics:
         host, port = self.server.server_address[:2]
         return f"{host}:{port}"
 
-    def start(self) -> "FakeHermesMetrics":
+    def start(self) -> FakeHermesMetrics:
         self.thread.start()
         return self
 

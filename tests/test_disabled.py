@@ -1,11 +1,10 @@
 """observed.enabled: false installs no hook override: the hooks are the inner's own functions."""
 
-import observed_engine
-from observed_engine import observe
-from observed_engine.contract import hooks
-from observed_engine import is_observed
-
 from support.engines import ScriptedEngine
+
+import observed_engine
+from observed_engine import is_observed, observe
+from observed_engine.contract import hooks
 
 
 def test_disabled_engine_runs_its_own_functions_and_records_nothing(tmp_path):

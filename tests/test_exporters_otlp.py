@@ -15,15 +15,14 @@ import sys
 import threading
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
-
-import observed_engine
-from observed_engine import observe
-
 from otlp_receiver import OtlpReceiver
+from prometheus_client.parser import text_string_to_metric_families
 from support.engines import ScriptedEngine, transcript
 from support.latency import ReceiverProcess, interleaved
 from support.servers import BlackHole, free_port, http_get, refused_port, wait_until
+
+import observed_engine
+from observed_engine import observe
 
 PROTOCOLS = ["grpc", "http/protobuf"]
 N_CALLS = 2500          # per round; 4 interleaved rounds per engine (+2000 warm-up, +500 per round)
@@ -186,7 +185,7 @@ def test_dead_endpoints_add_no_hook_latency_and_failures_are_counted(
             for i in range(2000):
                 assert eng.should_compress(i) is False
         for dead in ("blackhole", "refused"):
-            assert wait_until(lambda: own_counters(ports[dead])[0], 8, 0.1), f"{dead}: no export failure counted"
+            assert wait_until(lambda: own_counters(ports[dead])[0], 8, 0.1), f"{dead}: no export failure counted"  # noqa: B023
 
         samples = interleaved(engines, rounds=4, n=N_CALLS)
         score = {k: statistics.mean(statistics.median(v[i:i + N_CALLS]) for i in range(0, len(v), N_CALLS))
@@ -204,7 +203,7 @@ def test_dead_endpoints_add_no_hook_latency_and_failures_are_counted(
             errors = own_counters(port)[0]
             return errors.get("exporter_otlp_traces", 0) >= 2 and errors.get("exporter_otlp_metrics", 0) >= 2
         for dead in ("blackhole", "refused"):
-            assert wait_until(lambda: repeated(ports[dead]), 10, 0.2), own_counters(ports[dead])
+            assert wait_until(lambda: repeated(ports[dead]), 10, 0.2), own_counters(ports[dead])  # noqa: B023
             errors, _ = own_counters(ports[dead])
             assert set(errors) <= {"exporter_otlp_traces", "exporter_otlp_metrics"}, errors
         # exports into the black hole hang for their full timeout: the bounded span queue overflows

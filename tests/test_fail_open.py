@@ -16,12 +16,11 @@ import logging
 import pytest
 from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from support.engines import ScriptedEngine, SelectingEngine, transcript
+from support.store_rows import read_rows
 
 import observed_engine
 from observed_engine import observe
-
-from support.engines import ScriptedEngine, SelectingEngine, transcript
-from support.store_rows import read_rows
 
 FAIL_OPEN = "hermes.context_engine.fail_open"
 

@@ -20,23 +20,22 @@ import pytest
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
-
-import observed_engine
-from observed_engine.pipeline import sdk_exporters as exporters_module
-from observed_engine import observe
-from observed_engine.store import writer as store_module
-from observed_engine import tokens as tokens_module
-from observed_engine import REGISTRY
 from otlp_receiver import OtlpReceiver
+from support.builtin import eager_compressor
 from support.engines import LedgerEngine
 from support.host import STANDARD_HOOKS, standard_script
+from support.llm import install_llm
 from support.logs import matching, our_records
+from support.otel import Providers
+from support.servers import BlackHole, free_port, prom_value, scrape, wait_until
 from support.store_rows import count_rows
 from support.twins import host_calls, run_script, run_sessions
-from support.otel import Providers
-from support.builtin import eager_compressor
-from support.llm import install_llm
-from support.servers import BlackHole, free_port, prom_value, scrape, wait_until
+
+import observed_engine
+from observed_engine import REGISTRY, observe
+from observed_engine import tokens as tokens_module
+from observed_engine.pipeline import sdk_exporters as exporters_module
+from observed_engine.store import writer as store_module
 
 ERRORS = "hermes_context_engine_telemetry_errors_total"
 DROPPED = "hermes_context_engine_telemetry_dropped_total"
@@ -258,7 +257,7 @@ def test_store_path_unusable_keeps_the_bound_then_delivers_it(tmp_path, caplog):
     pipeline = Providers({"store": {"path": str(path)}, "queue_size": bound})
     writer = pipeline.telemetry.store
     calls = {}
-    for i in range(15):                          # 105 rows for a queue that keeps 50
+    for _i in range(15):                          # 105 rows for a queue that keeps 50
         more = run_sessions(pipeline, LedgerEngine, 1)
         calls = {h: calls.get(h, 0) + more[h] for h in more}
         pipeline.telemetry.flush(0.3)
@@ -330,7 +329,8 @@ def test_tokenizer_encodings_missing_falls_back_to_the_estimate(tmp_path, monkey
     monkeypatch.setattr(tokens_module, "_warned", False)
     # a fresh process: no counter or encoding helper shared from an earlier test (they keep the
     # encoding they loaded, as they would in a real process where the files do not go away)
-    from observed_engine.tokens import counter as counter_module, helper as helper_module
+    from observed_engine.tokens import counter as counter_module
+    from observed_engine.tokens import helper as helper_module
     monkeypatch.setattr(counter_module, "_SHARED", {})
     monkeypatch.setattr(counter_module, "_warned", False)
     monkeypatch.setattr(helper_module, "_HELPERS", {})
@@ -357,7 +357,7 @@ def test_tokenizer_encodings_missing_falls_back_to_the_estimate(tmp_path, monkey
         "SELECT tokenizer, tokens_before, messages_before FROM events WHERE hook='compress'").fetchall()
     assert len(rows) == 6
     expected = tokens_module.TokenCounter("estimate").count_messages(standard_script(0)[4][1][0])
-    for tokenizer, tokens_before, messages_before in rows:
+    for tokenizer, tokens_before, _messages_before in rows:
         assert tokenizer == "estimate"
         assert tokens_before == expected
     spans = [s for s in pipeline.spans() if s.name == "context_engine.compress"]

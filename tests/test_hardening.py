@@ -18,15 +18,16 @@ import time
 import urllib.request
 
 import pytest
+from otlp_receiver import OtlpReceiver
 from prometheus_client.parser import text_string_to_metric_families
+from support.engines import KwargsEngine, NarrowEngine
+from support.engines import agent_transcript as transcript
+from support.servers import free_port
 
 import observed_engine
 from observed_engine import observe
 from observed_engine.api import pipeline_of
 from observed_engine.settings import Settings, SettingsError
-from support.engines import KwargsEngine, NarrowEngine, agent_transcript as transcript
-from otlp_receiver import OtlpReceiver
-from support.servers import free_port
 
 SURROGATE = "\udcff"          # what aiohttp's surrogateescape makes of a 0xff header byte
 

@@ -10,9 +10,9 @@ Two host flavours:
 
 from __future__ import annotations
 
-import pytest
 import agent.context_engine as context_engine_module
-
+import pytest
+from head_host import HeadHost, engine_overrides
 from support.engines import (
     DuckEngine,
     EngineError,
@@ -22,7 +22,7 @@ from support.engines import (
     NarrowEngine,
     SelectingEngine,
 )
-from head_host import HeadHost, engine_overrides
+
 from observed_engine.tokens import TokenCounter
 
 SELECTIONS = "hermes.context.selections"

@@ -26,9 +26,8 @@ import pytest
 from agent.context_compressor import ContextCompressor
 
 import observed_engine
-from observed_engine import host, is_observed
+from observed_engine import host, is_observed, version
 from observed_engine import plugin as hp
-from observed_engine import version
 from observed_engine.cli import doctor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -122,6 +121,7 @@ def hermes_dirs(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.delenv("HERMES_SAFE_MODE", raising=False)
     import hermes_cli.plugins as hplugins
+
     import plugins.context_engine as pce
 
     monkeypatch.setattr(hplugins, "_plugin_manager", None)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import textwrap
 
+from support import host_drift
+
 from observed_engine import host
 from observed_engine.contract.hooks import HOOK_NAMES
 from observed_engine.contract.host_surface import NON_HOOKS
-from support import host_drift
 
 
 def test_the_installed_hermes_uses_no_engine_name_the_contract_does_not_know():

@@ -14,9 +14,9 @@ import threading
 
 import pytest
 from agent.context_engine import ContextEngine
-
-from support.engines import NarrowEngine, agent_transcript as transcript
 from support.builtin import compressor
+from support.engines import NarrowEngine
+from support.engines import agent_transcript as transcript
 
 HOOK_CALLS = "hermes.context_engine.hook.calls"
 USAGE_TOKENS = "hermes.context_engine.usage_tokens"

@@ -12,8 +12,9 @@ import functools
 import linecache
 import sqlite3
 
-import observed_engine
 from support.engines import NarrowEngine
+
+import observed_engine
 
 
 def _generated_source(engine, hook: str) -> str:

@@ -22,14 +22,14 @@ import time
 import pytest
 from agent.context_compressor import ContextCompressor
 from agent.context_engine import ContextEngine
+from support.builtin import compressor
+from support.engines import DuckEngine, NarrowEngine
+from support.engines import agent_transcript as transcript
+from test_agent_run import hermes_env, llm  # noqa: F401  (fixtures: a Hermes home, the fake LLM server)
 
 from observed_engine import is_observed
 from observed_engine.capture import observed_meta
 from observed_engine.contract.events import ENGINE_META_ATTRIBUTE
-
-from support.builtin import compressor
-from support.engines import DuckEngine, NarrowEngine, agent_transcript as transcript
-from test_agent_run import hermes_env, llm  # noqa: F401  (fixtures: a Hermes home, the fake LLM server)
 
 HOOK_CALLS = "hermes.context_engine.hook.calls"
 

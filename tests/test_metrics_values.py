@@ -10,14 +10,13 @@ from __future__ import annotations
 import logging
 
 import pytest
+from support.builtin import real_compressor
+from support.engines import ScriptedEngine, transcript
+from support.otel import Providers
 
 import observed_engine
 from observed_engine import observe
 from observed_engine.tokens import TokenCounter
-
-from support.builtin import real_compressor
-from support.engines import ScriptedEngine, transcript
-from support.otel import Providers
 
 NO_STORE = {"store": {"enabled": False}}
 

@@ -15,14 +15,14 @@ import copy
 import threading
 
 import pytest
+from support.engines import CANARY, EngineError, ScriptedEngine, agent_transcript
+from support.otel import span_texts
+from support.store_rows import read_rows
 
 from observed_engine import is_observed
 from observed_engine.contract import spans as a
 from observed_engine.contract import vocabulary as v
 from observed_engine.contract.catalogue import BY_KEY
-from support.engines import CANARY, EngineError, ScriptedEngine, agent_transcript
-from support.otel import span_texts
-from support.store_rows import read_rows
 
 PRUNES = BY_KEY["tool_result_prunes"].otel_name
 PRUNE_RESULTS = BY_KEY["tool_result_prune_results"].otel_name

@@ -32,10 +32,10 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-
-from observed_engine.pipeline import otlp_http
 from otlp_receiver import OtlpReceiver
 from support.servers import BlackHole, refused_port
+
+from observed_engine.pipeline import otlp_http
 
 OTLP_VARS = [
     "OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",

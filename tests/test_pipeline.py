@@ -10,13 +10,15 @@ import logging
 import threading
 import time
 
+from otlp_receiver import OtlpReceiver
+from support.engines import NarrowEngine
+from support.engines import agent_transcript as transcript
+from support.otel import Providers, metrics
+from support.servers import free_port, scrape
+
 import observed_engine
 from observed_engine import REGISTRY, Registry, is_observed, observe, unobserve
 from observed_engine.api import pipeline_of
-from support.engines import NarrowEngine, agent_transcript as transcript
-from otlp_receiver import OtlpReceiver
-from support.otel import Providers, metrics
-from support.servers import free_port, scrape
 
 
 def _observed_threads():
@@ -132,7 +134,7 @@ def test_with_the_default_settings_the_otel_sdk_is_never_imported(tmp_path):
     from pathlib import Path
 
     code = (
-        "import sys; sys.path.insert(0, %r)\n"
+        "import sys; sys.path.insert(0, %r)\n"  # noqa: UP031  (a program text with %r paths)
         "import observed_engine\n"
         "from observed_engine import observe\n"
         "from support.engines import NarrowEngine\n"

@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+from support.servers import free_port, scrape
 
 import observed_engine
 from observed_engine.pipeline import REGISTRY
 from observed_engine.plugin import build_engine
-from support.servers import free_port, scrape
 
 HOOK_CALLS = "hermes_context_engine_hook_calls"
 

@@ -18,10 +18,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from support.entry_points import engine_plugin, forget_modules, isolated_plugin_host, on_path
 
 import observed_engine
 from observed_engine import host, is_observed
-from support.entry_points import engine_plugin, forget_modules, isolated_plugin_host, on_path
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
@@ -80,6 +80,7 @@ GATES = {
 def test_gated_inner_runs_the_builtin_like_bare_hermes(gate, hermes_home, engines_dir, gated_plugin,
                                                        monkeypatch, caplog):
     from agent.context_compressor import ContextCompressor
+
     from plugins.context_engine import load_context_engine
 
     plugins_yaml, env, reason, fix = GATES[gate]
@@ -219,8 +220,9 @@ def test_install_says_what_the_gates_will_run(hermes_home, engines_dir, gated_pl
 def test_entry_point_route_opens_observed_gate(hermes_home, ep_site, tmp_path, capsys, monkeypatch):
     """plugins.disabled: [observed] would keep the entry point off (disabled wins): install takes
     observed out of it (and says so), uninstall puts it back."""
-    import plugins.context_engine as pce
     import yaml
+
+    import plugins.context_engine as pce
 
     empty = tmp_path / "no-engines"
     empty.mkdir()

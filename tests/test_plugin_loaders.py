@@ -24,11 +24,10 @@ import threading
 from pathlib import Path
 
 import pytest
+from support.entry_points import simulate_observed_entry_point
 
 import observed_engine
 from observed_engine import hermes_plugin, is_observed
-
-from support.entry_points import simulate_observed_entry_point
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
@@ -154,6 +153,7 @@ def assert_observed(engine, inner_cls_name: str):
 
 def test_bundled_directory_route_wraps_the_compressor(hermes_home, engines_dir):
     from agent.context_compressor import ContextCompressor
+
     from plugins.context_engine import discover_context_engines, load_context_engine
 
     write_config(hermes_home, """
@@ -277,6 +277,7 @@ class PlugEngine:
 
 def test_inner_from_the_general_plugin_system_is_copied(hermes_home, engines_dir, monkeypatch):
     import hermes_cli.plugins as hp
+
     from plugins.context_engine import load_context_engine
 
     singleton = PlugEngine()
@@ -296,6 +297,7 @@ def test_inner_from_the_general_plugin_system_is_copied(hermes_home, engines_dir
 
 def test_uncopyable_plugin_inner_falls_back_to_compressor(hermes_home, engines_dir, monkeypatch, caplog):
     import hermes_cli.plugins as hp
+
     from plugins.context_engine import load_context_engine
 
     singleton = PlugEngine()

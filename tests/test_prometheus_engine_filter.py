@@ -18,14 +18,13 @@ import time
 
 import pandas as pd
 import pytest
-
-import observed_engine
 from observed_engine.dashboard.prometheus_source import PrometheusSource
 from observed_engine.dashboard.sources import Filters, make_filters
-from observed_engine import observe
-
 from support.engines import ScriptedEngine, transcript
 from support.servers import PrometheusServer, free_port, wait_until
+
+import observed_engine
+from observed_engine import observe
 
 NAMES = (
     "topic-router", "b.c", "bxc", "a|b", "a", "b", "x.*", "xyz", "\\d", "7", 'say "hi"', "back\\slash",

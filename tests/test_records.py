@@ -45,7 +45,7 @@ def test_a_record_behaves_as_the_dataclass(frozen):
         assert repr(a) == repr(b)
         assert [getattr(a, f.name) for f in dataclasses.fields(a)] == [getattr(b, f.name) for f in records.fields(b)]
         assert a.norm() == b.norm()
-        assert rec(*args, **kwargs) == b and not (rec(*args, **kwargs) != b)
+        assert rec(*args, **kwargs) == b and not (rec(*args, **kwargs) != b)  # noqa: SIM202  (__ne__ too)
     assert rec(1).tags is not rec(1).tags                 # a fresh default per instance
     assert rec(1) != rec(2) and rec(1) != dc(1)           # another class is never equal
     assert rec.z == dc.z == 2.5 and not hasattr(rec, "tags") and not hasattr(dc, "tags")

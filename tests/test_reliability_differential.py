@@ -18,12 +18,11 @@ import os
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
-
-from support.engines import ENGINE_FACTORIES, conversation, tool_exchange
-from support.twins import render, run_hook, run_script, state_of
-from support.otel import Providers
 from support.builtin import eager_compressor
+from support.engines import ENGINE_FACTORIES, conversation, tool_exchange
 from support.llm import install_llm
+from support.otel import Providers
+from support.twins import render, run_hook, run_script, state_of
 
 HUGE = 100_000
 

@@ -19,18 +19,18 @@ import socket
 from pathlib import Path
 
 import pytest
+from support.builtin import eager_compressor
+from support.engines import CANARY, LedgerEngine, SelectorEngine, ToolEngine, TouchyEngine, conversation
+from support.llm import install_llm
+from support.logs import our_records, record_text
+from support.otel import Providers, span_texts
+from support.servers import free_port
+from support.store_rows import read_rows
+from support.twins import run_hook
 
 import observed_engine
 from observed_engine import observe
 from observed_engine.settings import Settings
-from support.engines import CANARY, LedgerEngine, SelectorEngine, ToolEngine, TouchyEngine, conversation
-from support.logs import our_records, record_text
-from support.store_rows import read_rows
-from support.twins import run_hook
-from support.otel import Providers, span_texts
-from support.builtin import eager_compressor
-from support.llm import install_llm
-from support.servers import free_port
 
 
 class CanarySelector(SelectorEngine):

@@ -13,10 +13,11 @@ import textwrap
 import threading
 from pathlib import Path
 
+from support.engines import transcript
+
 import observed_engine
 from observed_engine.pipeline import REGISTRY, stores
 from observed_engine.plugin import build_engine
-from support.engines import transcript
 
 LASTING = ("observed-engine-worker", "observed-engine-store", "observed-engine-watchdog")
 
@@ -60,8 +61,9 @@ def test_edits_with_older_agents_alive_share_one_writer_and_keep_their_settings(
 
 
 def test_the_writer_stops_with_the_last_pipeline_that_uses_it(tmp_path):
-    from observed_engine import Registry, observe
     from support.engines import NarrowEngine
+
+    from observed_engine import Registry, observe
 
     registry = Registry()
     store = str(tmp_path / "s.sqlite")

@@ -7,7 +7,7 @@ import json
 import pytest
 from opentelemetry import trace
 from opentelemetry.trace import StatusCode
-
+from support.builtin import compressor
 from support.engines import (
     CANARY,
     EngineError,
@@ -15,10 +15,12 @@ from support.engines import (
     NarrowEngine,
     RaisingEngine,
     SelectingEngine,
+)
+from support.engines import (
     agent_transcript as transcript,
 )
+
 from observed_engine.tokens import TokenCounter
-from support.builtin import compressor
 
 NAME = "hermes.context_engine.name"
 HOOK = "hermes.context_engine.hook"

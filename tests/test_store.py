@@ -16,17 +16,16 @@ import time
 from pathlib import Path
 
 import pytest
-
-import observed_engine
-from observed_engine import observe
-from observed_engine.contract.store_schema import make_row, row_from
-from observed_engine.store import StoreWriter, connect
-from observed_engine.tokens import TokenCounter
-from observed_engine.capture import observed_meta
-
 from support.engines import ScriptedEngine, SelectingEngine, transcript
 from support.servers import wait_until
 from support.store_rows import count_rows, read_rows
+
+import observed_engine
+from observed_engine import observe
+from observed_engine.capture import observed_meta
+from observed_engine.contract.store_schema import make_row, row_from
+from observed_engine.store import StoreWriter, connect
+from observed_engine.tokens import TokenCounter
 
 HERE = Path(__file__).resolve().parent
 

@@ -14,10 +14,10 @@ import sqlite3
 import threading
 import time
 
+from support.store_rows import read_rows
+
 from observed_engine.contract.store_schema import COLUMNS, make_row
 from observed_engine.store import StoreWriter
-
-from support.store_rows import read_rows
 
 
 def _row(i, **fields):

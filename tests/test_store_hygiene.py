@@ -14,11 +14,10 @@ import threading
 import time
 
 import pytest
+from support.store_rows import count_rows, read_rows
 
 from observed_engine.contract.store_schema import COLUMNS, SCHEMA_SQL, SCHEMA_VERSION, column_type, make_row
 from observed_engine.store import StoreWriter, connect
-
-from support.store_rows import count_rows, read_rows
 
 
 class Counts:
@@ -285,11 +284,12 @@ def test_a_relative_store_path_is_relative_to_hermes_home_not_the_current_direct
     """``store.path: telemetry/obs.sqlite`` landed in the current directory of whichever process
     ran (a gateway started from /, a cron job, a one-shot CLI in a project directory): one store
     per directory, none where the dashboard looks. It is HERMES_HOME's, like config.yaml."""
+    from support.engines import NarrowEngine
+
     import observed_engine
     from observed_engine import observe
     from observed_engine.api import pipeline_of
     from observed_engine.settings import Settings
-    from support.engines import NarrowEngine
 
     elsewhere = tmp_path / "some-project"
     elsewhere.mkdir()

@@ -18,10 +18,10 @@ import threading
 import time
 from pathlib import Path
 
+from support.store_rows import count_rows
+
 from observed_engine.contract.store_schema import make_row
 from observed_engine.store import StoreWriter, connect
-
-from support.store_rows import count_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -5,10 +5,10 @@ current version (3 added the prune and turn columns) in the same step."""
 import sqlite3
 import time
 
+from support.store_rows import read_rows
+
 from observed_engine.contract.store_schema import SCHEMA_VERSION, make_row
 from observed_engine.store import StoreWriter
-
-from support.store_rows import read_rows
 
 V1_COLUMNS = (
     "ts", "host", "pid", "session", "engine", "hook", "event", "outcome", "reason",

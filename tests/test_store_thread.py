@@ -12,11 +12,10 @@ import threading
 import time
 
 import pytest
+from support.store_rows import count_rows
 
 from observed_engine.contract.store_schema import make_row
 from observed_engine.store import StoreWriter
-
-from support.store_rows import count_rows
 
 
 def _rows(n, start=0, **fields):

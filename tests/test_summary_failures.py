@@ -16,10 +16,10 @@ import sqlite3
 
 import pytest
 from agent.conversation_compression import compress_context
-
-from support.engines import NarrowEngine, agent_transcript as transcript
-from support.host import StandInAgent
 from support.builtin import compressor
+from support.engines import NarrowEngine
+from support.engines import agent_transcript as transcript
+from support.host import StandInAgent
 from support.llm import FakeLLM, ProviderError, install_llm
 
 SUMMARY_FAILURES = "hermes.context.compression.summary_failures"
@@ -37,7 +37,7 @@ def run_compaction(engine):
 
 
 def counts(metric_points, name, *labels):
-    return {tuple(dict(k)[l] for l in labels): v for k, v in metric_points(name).items()}
+    return {tuple(dict(k)[name] for name in labels): v for k, v in metric_points(name).items()}
 
 
 CASES = [

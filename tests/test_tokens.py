@@ -15,7 +15,6 @@ import threading
 import time
 
 import pytest
-
 import tiktoken
 import tiktoken.registry
 
@@ -25,11 +24,11 @@ from observed_engine.tokens import (
     choose_encoding,
     counter_for,
     ensure_offline_encodings,
+    provisioning,
     resolve_encoding_name,
 )
 from observed_engine.tokens import counter as counter_module
 from observed_engine.tokens import helper as helper_module
-from observed_engine.tokens import provisioning
 from observed_engine.tokens import text as text_module
 
 O200K_URL = "https://openaipublic.blob.core.windows.net/encodings/o200k_base.tiktoken"
@@ -529,7 +528,7 @@ def test_counter_for_shares_one_counter_per_encoding(fresh_shared):
     estimate = counter_for("estimate", "gpt-4o")
     assert estimate is not gpt4o and estimate is not gpt4
     assert counter_for("estimate", None) is estimate
-    assert counter_module._SHARED == {"o200k_base": gpt4o, "cl100k_base": gpt4, "estimate": estimate}
+    assert {"o200k_base": gpt4o, "cl100k_base": gpt4, "estimate": estimate} == counter_module._SHARED
 
     assert gpt4o.method == "tiktoken:o200k_base"
     assert gpt4.method == "tiktoken:cl100k_base"

@@ -16,7 +16,7 @@ import pytest
 from agent.context_compressor import ContextCompressor
 from agent.context_engine import ContextEngine
 from agent.conversation_compression import compress_context
-
+from support.builtin import PrivateHelperCompressor, compressor
 from support.engines import (
     DuckEngine,
     EngineError,
@@ -25,13 +25,15 @@ from support.engines import (
     RaisingEngine,
     SelectingEngine,
     SqliteEngine,
+)
+from support.engines import (
     agent_transcript as transcript,
 )
 from support.host import MemoryManager, StandInAgent, host_compress_kwargs, scripted_session
-from support.twins import InnerCallCounter, deep_state
-from observed_engine import is_observed
-from support.builtin import PrivateHelperCompressor, compressor
 from support.llm import install_llm
+from support.twins import InnerCallCounter, deep_state
+
+from observed_engine import is_observed
 
 
 @pytest.fixture

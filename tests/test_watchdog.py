@@ -10,14 +10,13 @@ import threading
 import time
 
 import pytest
+from support.engines import ScriptedEngine, blocking_compress, transcript
+from support.servers import wait_until
+from support.store_rows import read_rows
 
 import observed_engine
 from observed_engine import observe
 from observed_engine.capture import observed_meta
-
-from support.engines import ScriptedEngine, blocking_compress, transcript
-from support.servers import wait_until
-from support.store_rows import read_rows
 
 DEADLINE = 0.2
 TIMEOUTS = "hermes.context.compression.timeouts"

@@ -14,10 +14,10 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from support.builtin import compressor
 
 import observed_engine
 from observed_engine.api import pipeline_for
-from support.builtin import compressor
 
 USAGE = {"prompt_tokens": 1000, "completion_tokens": 50, "total_tokens": 1050}
 SETTINGS = {"store": {"enabled": False}}
@@ -164,6 +164,7 @@ def test_direct_spans_decide_sampling_as_the_sdk_samplers_do():
     """The SDK's static samplers (the default ParentBased(ALWAYS_ON) among them) are decided without a
     SamplingResult; any other sampler is asked. Either way the spans exported are the SDK's."""
     from opentelemetry.sdk.trace import sampling
+
     from observed_engine.worker.spans import DirectSpans
 
     samplers = {
@@ -234,6 +235,7 @@ def test_fast_span_constructors_build_what_the_constructors_build():
     probe shows the result is the same; the objects are the ones the constructors make."""
     from opentelemetry import trace as trace_api
     from opentelemetry.sdk import trace as sdk_trace
+
     from observed_engine.worker import spans as worker_spans
 
     make_context = worker_spans._fast_span_context()
@@ -262,6 +264,7 @@ def test_fast_span_constructors_step_aside_for_an_sdk_that_does_more():
     import types
 
     from opentelemetry.sdk import trace as sdk_trace
+
     from observed_engine.worker import spans as worker_spans
 
     class Deriving(sdk_trace.ReadableSpan):
@@ -289,6 +292,7 @@ def test_a_queued_direct_span_is_two_objects_for_the_garbage_collector():
     import gc
 
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
     from observed_engine.worker.spans import DirectSpans
 
     exporter = InMemorySpanExporter()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import types
 
 from support.engines import NarrowEngine
+
 from observed_engine.worker import processor as processing
 
 HOOK_CALLS = "hermes.context_engine.hook.calls"

@@ -66,7 +66,7 @@ class BucketCache:
     def __init__(self, db: StoreReader) -> None:
         self.db = db
         self.lock = threading.Lock()
-        self._cache: "OrderedDict[tuple, _Entry]" = OrderedDict()
+        self._cache: OrderedDict[tuple, _Entry] = OrderedDict()
         self._late_memo: Dict[tuple, Optional[float]] = {}
         self._flights: Dict[tuple, threading.Lock] = {}
 

@@ -60,7 +60,7 @@ def latency(db: StoreReader, cache: BucketCache, pct: Percentiles, f: Filters) -
         if not per:
             return empty
         err: Dict[tuple, int] = {}
-        for b, e, h, n in errors.itertuples(index=False):
+        for _b, e, h, n in errors.itertuples(index=False):
             err[(e, h)] = err.get((e, h), 0) + int(n)
         span = max(1.0, min(f.end, time.time()) - f.start)
         out = []

@@ -9,8 +9,16 @@ import pandas as pd
 
 from observed_engine.contract import vocabulary as vocab
 
-from ..sources import (CLONE_COLUMNS, HOOK_CLONE, HOOK_PRUNE, HOOK_TURN, PRUNE_COLUMNS, TURN_COLUMNS, Filters,
-                       with_skipped)
+from ..sources import (
+    CLONE_COLUMNS,
+    HOOK_CLONE,
+    HOOK_PRUNE,
+    HOOK_TURN,
+    PRUNE_COLUMNS,
+    TURN_COLUMNS,
+    Filters,
+    with_skipped,
+)
 from .reader import StoreReader, in_list, numeric
 from .timeline import store_columns
 

@@ -21,7 +21,13 @@ import pandas as pd
 from observed_engine.contract import vocabulary as vocab
 
 from ..sources import (
-    CONTENT_COLUMNS, HOOK_COMPRESS, HOOK_SESSION_END, HOOK_UPDATE, SESSION_COLUMNS, Filters, with_skipped,
+    CONTENT_COLUMNS,
+    HOOK_COMPRESS,
+    HOOK_SESSION_END,
+    HOOK_UPDATE,
+    SESSION_COLUMNS,
+    Filters,
+    with_skipped,
 )
 from .reader import TS_IS_NUMBER, StoreReader, in_list, is_number, numeric
 
@@ -51,7 +57,7 @@ class Usage:
     def __init__(self, db: StoreReader) -> None:
         self.db = db
         self._lock = threading.Lock()
-        self._sess_cache: "OrderedDict[tuple, tuple]" = OrderedDict()
+        self._sess_cache: OrderedDict[tuple, tuple] = OrderedDict()
         self._sessions_state: Optional[tuple] = None     # (hwm, {session: (last_ts, engine)})
 
     # -- the session list ------------------------------------------------------------

@@ -43,7 +43,7 @@ def render(ctx: Ctx) -> None:
             wide = series.pivot_table(index=["ts", "engine"], columns="result", values="count", aggfunc="sum",
                                       fill_value=0).reset_index()
             total = sum(wide[r] for r in results if r in wide)
-            wide["churn"] = (wide[changed] if changed in wide else 0) / total.where(total > 0)
+            wide["churn"] = (wide[changed] if changed in wide else 0) / total.where(total > 0)  # noqa: SIM401
             chart(charts.lines_over_time(wide, "churn", "engine", "churn", fmt=".1%", height=200, y_format="%",
                                          span_s=ctx.f.span, x_domain=ctx.x_domain))
     if not series.empty:

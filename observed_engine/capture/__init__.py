@@ -5,7 +5,12 @@ the snapshot formats); gets its pipeline passed in and never imports it.
 """
 
 from .reclass import (
-    EngineMeta, engine_name, instrument_engine, is_observed, observed_meta, uninstrument_engine,
+    EngineMeta,
+    engine_name,
+    instrument_engine,
+    is_observed,
+    observed_meta,
+    uninstrument_engine,
 )
 
 __all__ = ["EngineMeta", "engine_name", "instrument_engine", "is_observed", "observed_meta",

@@ -16,8 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-from .. import compare
-from .. import host
+from .. import compare, host
 from ..compare import report as report_mod
 from . import inputs, yaml_edit
 from .errors import CliError

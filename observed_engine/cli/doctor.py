@@ -21,8 +21,8 @@ from .. import plugin as hp
 from ..contract.vocabulary import TOKENIZER_ESTIMATE
 from ..settings import Settings
 from . import inputs, paths, yaml_edit
-from .errors import CliError
 from .checks import Context, Result, check_selection, result
+from .errors import CliError
 from .paths import PLUGIN_NAME, config_path, plugin_source_files, user_plugin_dir
 
 # -- probes ---------------------------------------------------------------------------------

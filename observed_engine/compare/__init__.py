@@ -15,7 +15,8 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from .. import host
 from ..version import __version__
-from . import fidelity, report as report_mod, sweep
+from . import fidelity, sweep
+from . import report as report_mod
 from .replay import BUILTIN
 from .sessions import NothingRecorded, StoreError, open_store, read_conversations
 from .variants import Variant, VariantError, parse_variants

@@ -155,7 +155,7 @@ def _environment(env: Mapping[str, str]):
                 os.environ[k] = v
 
 
-def replay_config(user_config: Dict[str, Any], engine: "str | Variant", *, model: str, base_url: str,
+def replay_config(user_config: Dict[str, Any], engine: str | Variant, *, model: str, base_url: str,
                   context_length: int, summary: str, env: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """The replay home's config.yaml; a variant's settings written into it (its variables, for
     an engine that reads the environment, into ``env``)."""
@@ -258,7 +258,7 @@ def _engine_settings(inner: Any) -> Dict[str, Any]:
     return out
 
 
-def replay(conv: Conversation, engine: "str | Variant", *, user_config: Dict[str, Any], context_length: int,
+def replay(conv: Conversation, engine: str | Variant, *, user_config: Dict[str, Any], context_length: int,
            summary: str = "offline", usage: str = "tiktoken", toolsets: Optional[Mapping[str, Any]] = None,
            server: Optional[ReplayServer] = None) -> Dict[str, Any]:
     """Replay ``conv`` through ``engine`` (an engine name or a :class:`Variant`); the raw result

@@ -20,7 +20,8 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from .. import host
 from ..version import __version__
-from . import _config_file, fidelity, objective as objective_mod, sweep
+from . import _config_file, fidelity, sweep
+from . import objective as objective_mod
 from .sessions import StoreError, read_conversations
 from .variants import BUILTIN, Variant, VariantError, make, parse_variants
 

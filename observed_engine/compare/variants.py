@@ -290,7 +290,7 @@ def parse_variants(value: str | Sequence[str], user_config: Optional[Mapping[str
     return out
 
 
-def as_variant(engine: "str | Variant") -> Variant:
+def as_variant(engine: str | Variant) -> Variant:
     """A plain engine name as the variant of its current settings."""
     if isinstance(engine, Variant):
         return engine

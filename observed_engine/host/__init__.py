@@ -17,38 +17,77 @@ raises, unless its docstring says otherwise. Callers use ``host.<name>``: the na
 the package's surface (tests patch them here).
 """
 
-from .engine import (  # noqa: F401
-    context_engine_abc, overrides_abc_default, compressor_module, context_compressor_class,
-    compressor_arguments, compressor_defaults, compressor_resolves_window_lazily,
+from .agent_loop import (  # noqa: F401
+    add_request_observer,
+    ai_agent_class,
+    minimum_context_length,
 )
 from .building import (  # noqa: F401
-    building_agent, building_agent_quiet_mode, agent_compressor_inputs,
+    agent_compressor_inputs,
     agent_init_reads_model_max_tokens,
+    building_agent,
+    building_agent_quiet_mode,
 )
 from .compression import (  # noqa: F401
-    MAX_COMPRESS_TIMEOUT, compression_threshold, legacy_flag, host_compression_settings,
-    compressor_max_tokens, custom_providers, custom_provider_context_length,
-    minimum_tool_context_length, host_compress_timeout,
+    MAX_COMPRESS_TIMEOUT,
+    compression_threshold,
+    compressor_max_tokens,
+    custom_provider_context_length,
+    custom_providers,
+    host_compress_timeout,
+    host_compression_settings,
+    legacy_flag,
+    minimum_tool_context_length,
+)
+from .engine import (  # noqa: F401
+    compressor_arguments,
+    compressor_defaults,
+    compressor_module,
+    compressor_resolves_window_lazily,
+    context_compressor_class,
+    context_engine_abc,
+    overrides_abc_default,
 )
 from .home import (  # noqa: F401
-    truthy, hermes_home, default_store_path, load_config, untouched_home, read_config,
     config_defaults,
+    default_store_path,
+    hermes_home,
+    load_config,
+    read_config,
+    truthy,
+    untouched_home,
 )
 from .installation import (  # noqa: F401
-    DISTRIBUTIONS, HermesInstallation, hermes_installation, hermes_version, hermes_import_problem,
+    DISTRIBUTIONS,
+    HermesInstallation,
+    hermes_import_problem,
+    hermes_installation,
+    hermes_version,
 )
 from .loaders import (  # noqa: F401
-    ENTRY_POINTS_GROUP, bundled_engines_dir, supports_user_engines, directory_engine_names,
-    entry_points, load_directory_engine, plugin_system_engine, reset_plugin_discovery,
+    ENTRY_POINTS_GROUP,
+    bundled_engines_dir,
+    directory_engine_names,
     engine_manifest,
-)
-from .selection import (  # noqa: F401
-    SAFE_MODE_ENV, plugin_gates, _honours_safe_mode, plugin_gate, simulate_selection,
-)
-from .agent_loop import (  # noqa: F401
-    ai_agent_class, minimum_context_length, add_request_observer,
+    entry_points,
+    load_directory_engine,
+    plugin_system_engine,
+    reset_plugin_discovery,
+    supports_user_engines,
 )
 from .replay import (  # noqa: F401
-    compaction_summary_body, session_db, AGENT_INLINE_TOOLS, replay_tool_results,
-    configured_toolsets, tool_definitions, use_tool_schemas,
+    AGENT_INLINE_TOOLS,
+    compaction_summary_body,
+    configured_toolsets,
+    replay_tool_results,
+    session_db,
+    tool_definitions,
+    use_tool_schemas,
+)
+from .selection import (  # noqa: F401
+    SAFE_MODE_ENV,
+    _honours_safe_mode,
+    plugin_gate,
+    plugin_gates,
+    simulate_selection,
 )

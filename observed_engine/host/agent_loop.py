@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 from typing import Optional
 
-
 logger = logging.getLogger(__name__)
 
 

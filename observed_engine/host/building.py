@@ -8,7 +8,6 @@ import logging
 import sys
 from typing import Any, Dict, Optional
 
-
 logger = logging.getLogger(__name__)
 
 

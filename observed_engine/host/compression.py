@@ -7,7 +7,6 @@ import inspect
 import logging
 from typing import Any, Dict, Mapping, Optional
 
-
 logger = logging.getLogger(__name__)
 
 

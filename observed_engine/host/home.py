@@ -76,7 +76,7 @@ class untouched_home:
         self.home = str(home)
         self._module = self._original = self._finder = None
 
-    def __enter__(self) -> "untouched_home":
+    def __enter__(self) -> untouched_home:
         module = sys.modules.get(self.MODULE)
         if module is not None:
             self._patch(module)

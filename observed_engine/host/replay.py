@@ -8,7 +8,6 @@ import os
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
-
 logger = logging.getLogger(__name__)
 
 
@@ -43,7 +42,7 @@ AGENT_INLINE_TOOLS = frozenset({"todo", "session_search", "memory", "clarify", "
                                 "delegate_task", "skill_manage"})
 
 
-def replay_tool_results(agent: Any, results: Mapping[str, Any], names) -> "Any":
+def replay_tool_results(agent: Any, results: Mapping[str, Any], names) -> Any:
     """A context manager: while it is open, ``agent`` answers every tool call with the recorded
     result for its ``tool_call_id`` (``results``) instead of running the tool. The tool names
     in ``names`` are offered to the model (a minimal schema each) and accepted as valid; file

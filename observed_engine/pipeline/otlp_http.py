@@ -22,6 +22,7 @@ import random
 import threading
 import time
 import zlib
+from datetime import UTC
 from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Union
 
 from opentelemetry.sdk.metrics import (
@@ -141,9 +142,8 @@ def _retry_after(response) -> Optional[float]:
     except (TypeError, ValueError):
         return None
     if at.tzinfo is None:
-        from datetime import timezone
 
-        at = at.replace(tzinfo=timezone.utc)
+        at = at.replace(tzinfo=UTC)
     return max(at.timestamp() - time.time(), 0.0)
 
 

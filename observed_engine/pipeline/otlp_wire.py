@@ -437,7 +437,7 @@ def _metric_data(data, kinds) -> bytes:
 
 def encode_metrics(data) -> bytes:
     """The serialized ``ExportMetricsServiceRequest`` of an SDK ``MetricsData``."""
-    from opentelemetry.sdk.metrics import export as kinds     # imported by whoever made ``data``
+    from opentelemetry.sdk.metrics import export as kinds  # imported by whoever made ``data``
 
     by_resource: Dict[Any, tuple] = {}
     for resource_metrics in data.resource_metrics:

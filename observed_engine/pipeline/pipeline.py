@@ -21,21 +21,20 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace
 
-from ..failsafe import swallowed
-from ..version import __version__
+from ..capture.state_reads import read_state
 from ..contract import spans as a
-from ..contract.events import DEADLINE_EXCEEDED, ENGINE_META_ATTRIBUTE, PUBLISH_ERRORS
+from ..contract.events import DEADLINE_EXCEEDED, ENGINE_META_ATTRIBUTE, MISSING, PUBLISH_ERRORS, STATE_FIELDS
 from ..contract.identifiers import identifier
 from ..contract.vocabulary import BLOCKED_REASONS, DROP_EVENT, DROP_SPAN, DROP_STORE_ROW
+from ..failsafe import swallowed
 from ..settings import DEFAULT_COMPRESS_TIMEOUT, Settings
-from ..capture.state_reads import read_state
-from ..contract.events import MISSING, STATE_FIELDS
+from ..version import __version__
 from ..worker import EventProcessor
 from ..worker.state import backing_value, blocked_reasons, static_class_value
-from .exporters import build_providers
-from .providers import BuiltProviders
-from .instruments import Instruments
 from . import stores
+from .exporters import build_providers
+from .instruments import Instruments
+from .providers import BuiltProviders
 from .recorder import Recorder
 from .stores import StoreClient
 from .watchdog import CompressionWatchdog

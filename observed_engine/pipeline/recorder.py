@@ -37,7 +37,7 @@ def _tighten_timer_slack(ns: int):
     if not sys.platform.startswith("linux"):
         return None
     try:
-        import ctypes   # imported by Hermes anyway
+        import ctypes  # imported by Hermes anyway
 
         prctl = ctypes.CDLL(None, use_errno=True).prctl
         if prctl(_PR_SET_TIMERSLACK, ns, 0, 0, 0) != 0:
@@ -57,7 +57,7 @@ class _FlushMarker:
 BATCH_SIZE = 4096
 
 _threads_lock = threading.Lock()
-_shared_threads: Dict[object, "WorkerThread"] = {}
+_shared_threads: Dict[object, WorkerThread] = {}
 
 
 class WorkerThread:
@@ -66,14 +66,14 @@ class WorkerThread:
     def __init__(self, interval: float, key: object = None) -> None:
         self.interval = interval
         self.key = key
-        self.recorders: List["Recorder"] = []
+        self.recorders: List[Recorder] = []
         self.wake = threading.Event()
         self.timer_slack_ns = None     # the thread's, once it runs (None: the system's default)
         self.thread = threading.Thread(target=self._run, name="observed-engine-worker", daemon=True)
         self.started = False
         self.ended = False             # served its last recorder: a new one gets a new thread
 
-    def detach(self, recorder: "Recorder") -> bool:
+    def detach(self, recorder: Recorder) -> bool:
         """Stop serving ``recorder``; True when no recorder is left (the thread ends)."""
         with _threads_lock:
             if recorder in self.recorders:
@@ -84,7 +84,7 @@ class WorkerThread:
         self.wake.set()
         return last
 
-    def _serving(self) -> List["Recorder"]:
+    def _serving(self) -> List[Recorder]:
         with _threads_lock:
             serving = [r for r in self.recorders if not r._stopped]
             if not serving:
@@ -110,7 +110,7 @@ class WorkerThread:
                         busy = True
 
 
-def attach_recorder(recorder: "Recorder") -> WorkerThread:
+def attach_recorder(recorder: Recorder) -> WorkerThread:
     """Serve ``recorder`` from the worker thread of its ``share_key`` (started on first use; a
     thread of its own for key None)."""
     key = recorder.share_key

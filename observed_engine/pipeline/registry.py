@@ -28,8 +28,8 @@ import time
 import weakref
 from typing import Dict, List, Optional
 
-from ..failsafe import swallowed
 from ..contract.records import replace
+from ..failsafe import swallowed
 from ..settings import DEFAULT_COMPRESS_TIMEOUT, Settings
 from . import prometheus
 from .pipeline import Pipeline
@@ -169,7 +169,7 @@ def _shut_down_quietly(pipeline: Pipeline, budget: float) -> None:
 
 REGISTRY = Registry()
 
-_in_use: "weakref.WeakSet[Registry]" = weakref.WeakSet()
+_in_use: weakref.WeakSet[Registry] = weakref.WeakSet()
 _atexit_lock = threading.Lock()
 _atexit_registered = False
 

@@ -14,8 +14,8 @@ from typing import Callable, Optional
 from .sdk_resources import import_sdk_resources
 
 # Before the SDK's first import: its resources module then leaves psutil unimported until
-# ProcessResourceDetector uses it (~8 ms of CPU per one-shot process). Ruff's rules here (F, ARG)
-# do not include E402, so the imports below need no noqa.
+# ProcessResourceDetector uses it (~8 ms of CPU per one-shot process). E402 is off for this file
+# (pyproject.toml), so the imports below need no noqa.
 import_sdk_resources()
 
 from opentelemetry.sdk.metrics import MeterProvider

@@ -20,7 +20,7 @@ from typing import Callable, Dict, List, Optional
 from ..store import StoreWriter
 
 _lock = threading.Lock()
-_writers: Dict[str, "_Shared"] = {}
+_writers: Dict[str, _Shared] = {}
 
 
 class _Shared:
@@ -28,9 +28,9 @@ class _Shared:
 
     def __init__(self, key: str, writer: StoreWriter) -> None:
         self.key, self.writer = key, writer
-        self.clients: List["StoreClient"] = []
+        self.clients: List[StoreClient] = []
 
-    def owner(self) -> Optional["StoreClient"]:
+    def owner(self) -> Optional[StoreClient]:
         clients = self.clients
         return clients[0] if clients else None
 

@@ -14,6 +14,7 @@ from typing import Optional
 from ..contract.store_schema import COLUMNS, INSERT_SQL, insert_sql
 from .values import is_named_row
 
+
 class Statements:
     """The INSERTs of each distinct tuple of column names rows give, made (and checked) once.
 

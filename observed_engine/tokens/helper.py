@@ -38,7 +38,7 @@ TIMEOUT_S = 60.0          # for the helper to load its encoding, and for any one
 _U32 = struct.Struct("<I")
 
 _LOCK = threading.Lock()
-_HELPERS: Dict[str, "HelperEncoder"] = {}
+_HELPERS: Dict[str, HelperEncoder] = {}
 
 
 class HelperFailed(RuntimeError):
@@ -178,7 +178,7 @@ class HelperEncoder:
                 pass
 
 
-def running(name: str) -> "HelperEncoder | None":
+def running(name: str) -> HelperEncoder | None:
     """The process's helper for ``name`` if one was started and has not failed."""
     helper = _HELPERS.get(name)
     return helper if helper is not None and helper._failed is None else None

@@ -79,7 +79,7 @@ class HistogramBatch:
             instrument.record(value, attributes)
         return False
 
-    def _internals(self, instrument: Any) -> Optional["_SdkInternals"]:
+    def _internals(self, instrument: Any) -> Optional[_SdkInternals]:
         if not self._sdk_checked:
             self._sdk_checked = True
             if type(instrument).__module__.startswith("opentelemetry.sdk."):
@@ -93,7 +93,7 @@ class _SdkInternals:
     """The SDK names the direct path reads, looked up once (None when one is missing)."""
 
     @classmethod
-    def load(cls) -> Optional["_SdkInternals"]:
+    def load(cls) -> Optional[_SdkInternals]:
         try:
             from opentelemetry.sdk.metrics._internal import _view_instrument_match as view_match
             from opentelemetry.sdk.metrics._internal import aggregation, instrument, measurement_consumer

@@ -324,6 +324,7 @@ class TestDirectoryRoute:
 
     def test_hermes_own_loader_returns_an_observed_engine(self, installed, fresh_host, monkeypatch):
         from agent.context_compressor import ContextCompressor
+
         from plugins.context_engine import load_context_engine
 
         monkeypatch.setenv("HERMES_HOME", str(installed["home"]))

@@ -69,7 +69,7 @@ pytestmark = pytest.mark.parametrize("line", [TARGET], ids=[f"hermes-{TARGET}"])
 
 def requires(hook: str) -> None:
     first = HOST_CALLS[hook]
-    if LINE < first:
+    if first > LINE:
         how = ("deep-copies the plugin engine per agent (copy.deepcopy) instead"
                if hook == "clone_for_agent" else "never calls it")
         pytest.skip(f"Hermes {TARGET} does not call {hook} (from {'.'.join(map(str, first))} on); it {how}")

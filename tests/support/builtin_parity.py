@@ -216,9 +216,9 @@ def parity_host(tmp_path: Path, monkeypatch, route: str = "bundled") -> Iterator
     import os
 
     import hermes_cli.plugins as hp
-    import plugins.context_engine as pce
 
     import observed_engine
+    import plugins.context_engine as pce
 
     for var in list(os.environ):
         if var.startswith("OTEL_") or var.endswith("_API_KEY"):

@@ -91,7 +91,7 @@ class _Scope(ast.NodeVisitor):
                 return True
             if isinstance(func, ast.Attribute) and func.attr == "clone_for_agent" and self.is_engine(func.value):
                 return True
-            if fname == "deepcopy" and node.args and self.is_engine(node.args[0]):
+            if fname == "deepcopy" and node.args and self.is_engine(node.args[0]):  # noqa: SIM103
                 return True
             return False
         if isinstance(node, ast.BoolOp):
@@ -111,9 +111,7 @@ class _Scope(ast.NodeVisitor):
                     targets = [t for t in node.targets if isinstance(t, ast.Name)]
                     assigns.append((targets, node.value))
                 elif isinstance(node, (ast.AnnAssign, ast.AugAssign)) and isinstance(node.target, ast.Name) \
-                        and node.value is not None:
-                    assigns.append(([node.target], node.value))
-                elif isinstance(node, ast.NamedExpr):
+                        and node.value is not None or isinstance(node, ast.NamedExpr):
                     assigns.append(([node.target], node.value))
                 elif isinstance(node, (ast.With, ast.AsyncWith)):
                     for item in node.items:

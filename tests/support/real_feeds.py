@@ -149,11 +149,11 @@ def drive(engines: Dict[str, Any], prefix: str, keep: Optional[list] = None,
 
 
 def _scripted_summariser():
-    from observed_engine import demo
-
     # The built-in classifies a summary error with the provider SDK (openai), imported lazily on the
     # first failure (~1.5 s, past the compress deadline); a real host has loaded it long before.
     import openai  # noqa: F401
+
+    from observed_engine import demo
 
     class _Scripted(demo.OfflineSummariser):
         """The demo's offline summariser, told per session (``plan``) to be slow or to fail."""
@@ -229,7 +229,7 @@ def _child_env(home: Path) -> dict:
 
 # -- the store feed -------------------------------------------------------------------------
 
-def feed_real_session(path: Path, now: Optional[float] = None, timeout: float = 120.0) -> "StoreFacts":
+def feed_real_session(path: Path, now: Optional[float] = None, timeout: float = 120.0) -> StoreFacts:
     """Fill the store at ``path`` from a real observed session; the facts read back from it.
     (``now`` is ignored: the rows carry the real times of the calls.)"""
     path = Path(path)
@@ -357,7 +357,7 @@ class StoreFacts:
             out.add("HermesContextEngineFailOpen")
         if any(t >= lo for t in self.compress_errors):
             out.add("HermesContextCompressionErrors")
-        for s, rows in self.usage.items():
+        for _s, rows in self.usage.items():
             rows = [r for r in rows if r[0] >= lo]
             if rows and rows[-1][1] and rows[-1][3] and rows[-1][1] >= near * rows[-1][3]:
                 out.add("HermesContextNearWindow")
@@ -492,14 +492,14 @@ class EngineExporter:
         self.target = f"127.0.0.1:{port}"
         self.proc: Optional[subprocess.Popen] = None
         self.pid: Optional[int] = None
-        self._lines: "queue.Queue[str]" = queue.Queue()
+        self._lines: queue.Queue[str] = queue.Queue()
         self.baseline: Series = {}
         self.final: Series = {}
         self.baseline_seen: Optional[float] = None    # when Prometheus was seen holding the baseline
 
     # -- process ---------------------------------------------------------------
 
-    def start(self, timeout: float = 90.0) -> "EngineExporter":
+    def start(self, timeout: float = 90.0) -> EngineExporter:
         log = open(self.workdir / "exporter.log", "wb")
         self.proc = subprocess.Popen(
             [sys.executable, str(Path(__file__)), "exporter", str(self.port)], cwd=ROOT,

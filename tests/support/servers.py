@@ -71,7 +71,7 @@ class BlackHole:
     def close(self) -> None:
         self.sock.close()
 
-    def __enter__(self) -> "BlackHole":
+    def __enter__(self) -> BlackHole:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -206,7 +206,7 @@ class PrometheusServer(ServerProcess):
         self.config_path = self.workdir / "prometheus.yml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
 
-    def start(self) -> "PrometheusServer":
+    def start(self) -> PrometheusServer:
         self._spawn([
             self.binary, f"--config.file={self.config_path}",
             f"--storage.tsdb.path={self.workdir / 'data'}",
@@ -261,7 +261,7 @@ class AlertmanagerServer(ServerProcess):
         self.config_path = self.workdir / "alertmanager.yml"
         self.config_path.write_text(yaml.safe_dump(config, sort_keys=False))
 
-    def start(self) -> "AlertmanagerServer":
+    def start(self) -> AlertmanagerServer:
         self._spawn([
             self.binary, f"--config.file={self.config_path}",
             f"--storage.path={self.workdir / 'data'}",

@@ -17,7 +17,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import observed_engine  # noqa: E402
 from observed_engine import observe  # noqa: E402
 from observed_engine.capture import observed_meta  # noqa: E402
-
 from support.engines import ScriptedEngine  # noqa: E402
 
 
