@@ -2,7 +2,7 @@
 
 Each run is a fresh Python process (so every once-per-process cost is in it: imports, the
 pipeline, the tokenizer, the exporters' threads, the exit) running a real Hermes 0.19.0
-``run_agent.AIAgent`` against the loopback fake LLM of ``tests/fake_llm_server.py`` (which
+``run_agent.AIAgent`` against the loopback fake LLM of ``tests/support/fake_llm_server.py`` (which
 runs in this, the parent, process: its CPU is not counted). Two workloads:
 
   session   ``--turns`` turns (default 12) in a 64K window with long replies, so the built-in
@@ -352,7 +352,7 @@ def main(argv=None) -> int:
         child(args.child[0], args.child[1], int(args.child[2]))
         return 0
 
-    from fake_llm_server import FakeLLMServer
+    from support.fake_llm_server import FakeLLMServer
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if modes[0] != "bare" or not set(modes) <= {"bare", "observed", "observed-full", "observed-inproc"}:
@@ -360,7 +360,7 @@ def main(argv=None) -> int:
     sink = None
     otlp_url = None
     if "observed-full" in modes:
-        from otlp_receiver import OtlpReceiver
+        from support.otlp_receiver import OtlpReceiver
 
         sink = OtlpReceiver(grpc_enabled=False).start()
         otlp_url = sink.http_endpoint

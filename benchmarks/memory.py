@@ -4,7 +4,7 @@ one gateway-like process.
     python benchmarks/memory.py [--rounds 3] [--turns 12] [--sessions 1000] [--sample-every 100]
 
 Each run is a fresh process running a real Hermes ``run_agent.AIAgent`` against the loopback fake LLM
-(``tests/fake_llm_server.py``, in this, the parent, process), configured as
+(``tests/support/fake_llm_server.py``, in this, the parent, process), configured as
 ``benchmarks/agent_process.py`` configures it (``bare``: Hermes' own compressor; ``observed``:
 ``context.engine: observed`` through the plugin's entry point with the installed defaults).
 
@@ -164,7 +164,7 @@ def main(argv=None) -> int:
         child(mode, workload, int(turns), int(sessions), int(every))
         return 0
 
-    from fake_llm_server import FakeLLMServer
+    from support.fake_llm_server import FakeLLMServer
 
     modes = ("bare", "observed")
     with FakeLLMServer(model=ap.MODEL, context_length=ap.CONTEXT_LENGTH, reply_chars=ap.REPLY_CHARS) as llm:

@@ -2,7 +2,7 @@
 
 A temporary HERMES_HOME whose config.yaml selects the observed engine, a
 ``run_agent.AIAgent`` talking to a local OpenAI-compatible server
-(tests/fake_llm_server.py), several turns whose long replies push the
+(tests/support/fake_llm_server.py), several turns whose long replies push the
 conversation past the compression threshold. The host must select the observed
 engine (by the bundled-directory route or the entry-point route), compress
 through it (the summariser's request reaches the fake server), carry on after
@@ -31,7 +31,7 @@ from observed_engine import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_llm_server import FakeLLMServer  # noqa: E402
+from support.fake_llm_server import FakeLLMServer  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"

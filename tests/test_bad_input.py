@@ -15,8 +15,8 @@ import logging
 import sqlite3
 
 import pytest
-from head_host import HeadHost
 from support.engines import LedgerEngine
+from support.head_host import HeadHost
 from support.logs import matching, our_records
 from support.otel import Providers
 from support.twins import render, run_hook, state_of

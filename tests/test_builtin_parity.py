@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_llm_server import FakeLLMServer  # noqa: E402
 from support import builtin_parity as parity  # noqa: E402
+from support.fake_llm_server import FakeLLMServer  # noqa: E402
 
 CASES = parity.cases()
 

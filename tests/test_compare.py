@@ -1,7 +1,7 @@
 """``observed-engine compare`` (issue 17): recorded conversations replayed through several engines.
 
 The recording is made here by a real Hermes 0.19.0 ``AIAgent`` (the local fake provider of
-tests/fake_llm_server.py, a 64K window, the built-in compressor with its summariser answered by
+tests/support/fake_llm_server.py, a 64K window, the built-in compressor with its summariser answered by
 support/llm.FakeLLM, a real ``SessionDB`` writing ``state.db``), observed into a store of its
 own: that store holds the live run's compressions. The comparison replays it through the
 built-in, ``lossless-hermes`` (a real engine from PyPI, in the test extra), a directory engine
@@ -30,7 +30,7 @@ from observed_engine.compare.sessions import read_conversations
 from observed_engine.pipeline import Registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_llm_server import FakeLLMServer  # noqa: E402
+from support.fake_llm_server import FakeLLMServer  # noqa: E402
 
 MODEL = "fake-model"
 WINDOW = 64_000

@@ -1,5 +1,5 @@
 """Issue 15 items 1-4 through a real Hermes 0.19.0 ``AIAgent`` against the fake LLM server on
-127.0.0.1 (tests/fake_llm_server.py): every compression decision, the blocked state, the summary
+127.0.0.1 (tests/support/fake_llm_server.py): every compression decision, the blocked state, the summary
 model and its tokens, the prompt-cache read ratio and the rewrite after a compaction.
 
 Three summarisers: a healthy, cache-reporting one that names its own model; one that answers
@@ -27,7 +27,7 @@ import observed_engine
 from observed_engine import plugin as plugin_side
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_llm_server import FakeLLMServer  # noqa: E402
+from support.fake_llm_server import FakeLLMServer  # noqa: E402
 
 MODEL = "fake-model"
 SUMMARISER = "fake-summariser"

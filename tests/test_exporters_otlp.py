@@ -1,6 +1,6 @@
 """OTLP export over gRPC and HTTP/protobuf to a real receiver on 127.0.0.1, and dead endpoints.
 
-The receiver (tests/otlp_receiver.py) decodes what arrives with opentelemetry-proto.
+The receiver (tests/support/otlp_receiver.py) decodes what arrives with opentelemetry-proto.
 Dead endpoints: a socket that accepts and never answers (black hole) and a refused port.
 """
 
@@ -15,10 +15,10 @@ import sys
 import threading
 
 import pytest
-from otlp_receiver import OtlpReceiver
 from prometheus_client.parser import text_string_to_metric_families
 from support.engines import ScriptedEngine, transcript
 from support.latency import ReceiverProcess, interleaved
+from support.otlp_receiver import OtlpReceiver
 from support.servers import BlackHole, free_port, http_get, refused_port, wait_until
 
 import observed_engine

@@ -20,13 +20,13 @@ import pytest
 from opentelemetry.sdk.metrics.export import MetricExporter
 from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter
-from otlp_receiver import OtlpReceiver
 from support.builtin import eager_compressor
 from support.engines import LedgerEngine
 from support.host import STANDARD_HOOKS, standard_script
 from support.llm import install_llm
 from support.logs import matching, our_records
 from support.otel import Providers
+from support.otlp_receiver import OtlpReceiver
 from support.servers import BlackHole, free_port, prom_value, scrape, wait_until
 from support.store_rows import count_rows
 from support.twins import host_calls, run_script, run_sessions

@@ -18,10 +18,10 @@ import time
 import urllib.request
 
 import pytest
-from otlp_receiver import OtlpReceiver
 from prometheus_client.parser import text_string_to_metric_families
 from support.engines import KwargsEngine, NarrowEngine
 from support.engines import agent_transcript as transcript
+from support.otlp_receiver import OtlpReceiver
 from support.servers import free_port
 
 import observed_engine

@@ -1,4 +1,4 @@
-"""Head's select_context / on_turn_complete rules, applied by tests/head_host.py to
+"""Head's select_context / on_turn_complete rules, applied by tests/support/head_host.py to
 bare and observed engines alike (hermes-host-contract.md, section 1).
 
 Two host flavours:
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import agent.context_engine as context_engine_module
 import pytest
-from head_host import HeadHost, engine_overrides
 from support.engines import (
     DuckEngine,
     EngineError,
@@ -22,6 +21,7 @@ from support.engines import (
     NarrowEngine,
     SelectingEngine,
 )
+from support.head_host import HeadHost, engine_overrides
 
 from observed_engine.tokens import TokenCounter
 

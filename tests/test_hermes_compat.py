@@ -31,7 +31,7 @@ from observed_engine import plugin as hp
 from observed_engine.cli import doctor
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_llm_server import FakeLLMServer  # noqa: E402
+from support.fake_llm_server import FakeLLMServer  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIG = {

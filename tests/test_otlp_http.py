@@ -32,7 +32,7 @@ from opentelemetry.sdk.metrics.export import (
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from otlp_receiver import OtlpReceiver
+from support.otlp_receiver import OtlpReceiver
 from support.servers import BlackHole, refused_port
 
 from observed_engine.pipeline import otlp_http

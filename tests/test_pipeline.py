@@ -10,10 +10,10 @@ import logging
 import threading
 import time
 
-from otlp_receiver import OtlpReceiver
 from support.engines import NarrowEngine
 from support.engines import agent_transcript as transcript
 from support.otel import Providers, metrics
+from support.otlp_receiver import OtlpReceiver
 from support.servers import free_port, scrape
 
 import observed_engine

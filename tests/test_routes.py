@@ -33,7 +33,7 @@ from observed_engine.cli import entry_point as cli_entry_point
 
 TESTS = Path(__file__).resolve().parent
 sys.path.insert(0, str(TESTS))
-from fake_llm_server import FakeLLMServer  # noqa: E402
+from support.fake_llm_server import FakeLLMServer  # noqa: E402
 
 MODEL = "fake-model"
 

@@ -26,8 +26,8 @@ if not TARGET:
 
 TESTS = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TESTS))
-from fake_llm_server import FakeLLMServer  # noqa: E402
 from support import builtin_parity as parity  # noqa: E402
+from support.fake_llm_server import FakeLLMServer  # noqa: E402
 
 CASES = parity.cases()
 

@@ -20,7 +20,7 @@ Hermes, with its own code:
   bare and an observed agent compress the same transcript to the same messages;
 * copies: ``copy.deepcopy`` and, where the ABC has it, ``clone_for_agent()`` give observed,
   independent engines sharing the pipeline;
-* real ``AIAgent`` runs of 12 turns against the fake LLM server (tests/fake_llm_server.py on
+* real ``AIAgent`` runs of 12 turns against the fake LLM server (tests/support/fake_llm_server.py on
   127.0.0.1), through the directory route and through the entry-point route: the same transcript,
   compressions and summary requests as bare, and the store recorded them; on the entry-point route
   the agent's engine is its own observed copy (from 0.18; on 0.22 made by ``clone_for_agent()``),
@@ -64,9 +64,9 @@ from observed_engine import is_observed  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TESTS))
-from fake_llm_server import FakeLLMServer  # noqa: E402
 from support import host_drift  # noqa: E402
 from support.engines import agent_transcript  # noqa: E402
+from support.fake_llm_server import FakeLLMServer  # noqa: E402
 from support.store_rows import read_rows  # noqa: E402
 
 DISTRIBUTION = LINES.get(TARGET)

@@ -5,7 +5,7 @@ scripts/test.sh runs this file once per ``.venv-hermes-<version>`` with ``OBSERV
 line it runs on (``[hermes-0.22.2.post1]``), and skips, saying why, on a line whose host does not
 call the hook (``HOST_CALLS``): a line that should call it and does not fails.
 
-A real ``AIAgent`` against the fake LLM on 127.0.0.1 (tests/fake_llm_server.py), with the engine
+A real ``AIAgent`` against the fake LLM on 127.0.0.1 (tests/support/fake_llm_server.py), with the engine
 Hermes selects itself (``observed-engine install --route bundled`` or ``--route entrypoint`` into a
 temporary HERMES_HOME, removed by ``uninstall``), each observed run beside a bare one that must do
 the same. The plugin's pipeline takes the process's global OpenTelemetry providers (SDK providers
@@ -48,7 +48,7 @@ from observed_engine.contract.catalogue import BY_KEY  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TESTS))
-from fake_llm_server import SUMMARY_MARKER, FakeLLMServer  # noqa: E402
+from support.fake_llm_server import SUMMARY_MARKER, FakeLLMServer  # noqa: E402
 from support.otel import Providers  # noqa: E402
 from support.store_rows import read_rows  # noqa: E402
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Optional, Type
 
 from agent.context_compressor import ContextCompressor
-
 from support.llm import SUMMARY_TEXT, FakeLLM, install_llm
 
 

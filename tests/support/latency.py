@@ -13,7 +13,7 @@ from pathlib import Path
 from time import perf_counter_ns
 from typing import Dict, List
 
-RECEIVER = Path(__file__).resolve().parent.parent / "otlp_receiver.py"
+RECEIVER = Path(__file__).resolve().parent / "otlp_receiver.py"
 
 
 def hook_latencies(eng, n: int = 20_000, warmup: int = 2_000) -> List[int]:
@@ -42,7 +42,7 @@ def summary(samples: List[int]) -> Dict[str, float]:
 
 
 class ReceiverProcess:
-    """tests/otlp_receiver.py in its own process; stopped by its PID."""
+    """tests/support/otlp_receiver.py in its own process; stopped by its PID."""
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen([sys.executable, str(RECEIVER)], stdin=subprocess.PIPE,

@@ -18,7 +18,6 @@ from collections import Counter
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from agent.context_engine import ContextEngine
-
 from support.host import host_call, host_writes, standard_script
 
 # --------------------------------------------------------------------------- transparency
