@@ -15,9 +15,9 @@ from observed_engine.dashboard.format import fmt_int, fmt_tokens
 from observed_engine.dashboard.sources import CLONE_COLUMNS, PRUNE_COLUMNS, TURN_COLUMNS
 from support.engines import CANARY, EngineError, agent_transcript
 from test_dashboard_apptest import app, frame_with, metrics, run_ok, show, texts
-from test_new_hook_telemetry import NewHooksEngine, _prune_big_results
 
 from observed_engine.contract import vocabulary as v
+from tests.worker.test_new_hooks import NewHooksEngine, _prune_big_results
 
 TURNS = [
     dict(interrupted=False, failed=False, turn_exit_reason="text_response(finish_reason=stop)", api_call_count=3),

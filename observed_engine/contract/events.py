@@ -2,7 +2,7 @@
 
 The hook path appends one plain tuple per hook call, in :class:`HookEvent`'s field
 order (building a NamedTuple there costs more than the rest of the hook path); the
-worker reads it back as a ``HookEvent``. tests/test_contract.py ties the two together:
+worker reads it back as a ``HookEvent``. tests/contract/test_vocabulary.py ties the two together:
 every tuple the capture side builds has exactly these fields in this order.
 """
 

@@ -2,7 +2,7 @@
 
 Defined once here; the worker writes them into spans, metrics and store rows, the
 dashboard reads them back, the alert rules and the docs are checked against them
-(tests/test_contract.py, tests/test_public_contract.py). Renaming one is a change of the public
+(tests/contract/test_vocabulary.py, tests/contract/test_public_contract.py). Renaming one is a change of the public
 contract (docs/design/telemetry-contract.md): add, never rename without a migration note.
 """
 
@@ -158,7 +158,7 @@ BUILTIN_ENGINE = "compressor"
 TOKENIZER_ESTIMATE = "estimate"      # counts are a labelled estimate (no tiktoken encoding)
 TOKENIZER_TIKTOKEN_PREFIX = "tiktoken:"
 # tokens/ writes these two words itself (it imports nothing outside the package, by test);
-# tests/test_tokens.py::test_methods_are_the_vocabulary_words ties them to these.
+# tests/tokens/test_tokens.py::test_methods_are_the_vocabulary_words ties them to these.
 
 # -- alerts (deploy/prometheus/alerts.yml) and their severities -------------------------------
 CRITICAL = "critical"

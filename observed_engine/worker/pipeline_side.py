@@ -1,7 +1,7 @@
 """What the worker needs from its pipeline: named here, so the dependency is visible.
 
 The worker never imports the pipeline (it is a layer above); ``pipeline.Pipeline`` passes itself
-in and provides these members. ``tests/test_contract.py`` checks that the processor uses no other
+in and provides these members. ``tests/contract/test_vocabulary.py`` checks that the processor uses no other
 member and that ``Pipeline`` has every one.
 """
 

@@ -11,11 +11,11 @@ from __future__ import annotations
 import inspect
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 from support.engines import transcript
+from support.paths import REPO
 
 import observed_engine
 from observed_engine import Registry, observe
@@ -23,8 +23,6 @@ from observed_engine.contract import catalogue, hooks, vocabulary
 from observed_engine.contract.events import CompressCapture, HookEvent
 from observed_engine.worker import usage
 from observed_engine.worker.handlers import HANDLERS, USAGE_COLUMNS
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 class AllForms:
@@ -151,7 +149,7 @@ def test_vocabulary_matches_the_catalogue_label_values():
 
 
 def test_vocabulary_alerts_are_the_shipped_rules_with_their_severities():
-    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())
+    rules = yaml.safe_load((REPO / "deploy" / "prometheus" / "alerts.yml").read_text())
     shipped = {r["alert"]: r["labels"]["severity"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
     assert set(shipped) == set(vocabulary.ALERT_NAMES)
     for name, severity in shipped.items():
@@ -176,5 +174,5 @@ def test_contract_imports_only_the_standard_library():
         "third = sorted(m for m in new if m != 'observed_engine' and m not in sys.stdlib_module_names)\n"
         "print(third)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

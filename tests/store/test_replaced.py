@@ -18,12 +18,11 @@ import threading
 import time
 from pathlib import Path
 
+from support.paths import REPO
 from support.store_rows import count_rows
 
 from observed_engine.contract.store_schema import make_row
 from observed_engine.store import StoreWriter, connect
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _rows(engine, n, start=0):
@@ -117,7 +116,7 @@ def test_a_stale_wal_and_shm_without_their_main_file_are_set_aside(tmp_path, cap
     """A process killed with the store open leaves -wal/-shm; then the main file is removed."""
     caplog.set_level(logging.INFO, logger="observed_engine")
     path = tmp_path / "orphans.sqlite"
-    code = (f"import os, sys; sys.path.insert(0, {str(ROOT)!r})\n"
+    code = (f"import os, sys; sys.path.insert(0, {str(REPO)!r})\n"
             "from observed_engine.store import connect\n"
             f"c = connect({str(path)!r})\n"
             "c.executemany(\"INSERT INTO events (ts, engine, event) VALUES (?, 'killed', 'call')\", [(1.0,), (2.0,)])\n"
@@ -164,7 +163,7 @@ def test_store_deleted_under_a_live_process_next_process_starts_fresh_and_both_w
     opens the path: B must not fail with "disk I/O error", and A, noticing, must join B's new
     file without removing B's -wal/-shm (which would hide B's rows from every new reader)."""
     path = tmp_path / "shared.sqlite"
-    proc = subprocess.Popen([sys.executable, "-c", _PROCESS_A.format(root=str(ROOT), path=str(path))],
+    proc = subprocess.Popen([sys.executable, "-c", _PROCESS_A.format(root=str(REPO), path=str(path))],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
     def a(cmd):

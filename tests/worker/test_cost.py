@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from support.builtin import compressor
+from support.paths import REPO
 
 import observed_engine
 from observed_engine.api import pipeline_for
@@ -123,7 +124,7 @@ def test_the_token_counter_is_made_half_way_to_the_threshold(monkeypatch):
     observed_engine.shutdown(5)
 
 
-SPANS_PY = str(__import__("pathlib").Path(__file__).resolve().parent.parent / "observed_engine" / "worker" / "spans.py")
+SPANS_PY = str(REPO / "observed_engine" / "worker" / "spans.py")
 
 
 def test_no_sdk_import_for_a_tracer_that_is_not_the_sdks():

@@ -17,6 +17,7 @@ import time
 import pytest
 import tiktoken
 import tiktoken.registry
+from support.paths import REPO
 
 from observed_engine import tokens
 from observed_engine.tokens import (
@@ -205,7 +206,7 @@ def test_estimate_mode_never_imports_tiktoken():
         "assert tc.count_messages([{'content': 'hello'}]) == 2\n"
         "assert 'tiktoken' not in sys.modules\n"
     )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(REPO)
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -618,7 +619,7 @@ def test_counter_for_estimate_never_imports_tiktoken():
         "assert tc.count_messages([{'content': 'hello'}]) == 2\n"
         "assert 'tiktoken' not in sys.modules\n"
     )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(REPO)
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -746,7 +747,7 @@ def test_worker_counter_does_not_load_the_encoding_in_this_process():
         "print(n, cpu)\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "OBSERVED_TOKENIZER_PROCESS"}
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(REPO)
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, env=env)
     assert result.returncode == 0, result.stderr
     n, cpu = result.stdout.split()
@@ -803,7 +804,7 @@ def test_helper_ends_with_its_process():
         "print(tc._state.encoder.pid, flush=True)\n"
         "os._exit(0)\n"       # as `hermes -z` ends: no atexit handler
     )
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = str(REPO)
     result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     pid = int(result.stdout.strip())

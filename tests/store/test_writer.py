@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from support.engines import ScriptedEngine, SelectingEngine, transcript
+from support.paths import TESTS
 from support.servers import wait_until
 from support.store_rows import count_rows, read_rows
 
@@ -26,8 +27,6 @@ from observed_engine.capture import observed_meta
 from observed_engine.contract.store_schema import make_row, row_from
 from observed_engine.store import StoreWriter, connect
 from observed_engine.tokens import TokenCounter
-
-HERE = Path(__file__).resolve().parent
 
 
 def observed(inner, prov, path, **settings):
@@ -142,7 +141,7 @@ def test_two_writer_processes_lose_no_rows(tmp_path, capsys):
     n = 20_000
     start_at = time.time() + 3.0          # both processes import, then write together
     procs = [
-        subprocess.Popen([sys.executable, str(HERE / "support" / "store_writer_proc.py"), str(path), str(n),
+        subprocess.Popen([sys.executable, str(TESTS / "support" / "store_writer_proc.py"), str(path), str(n),
                           name, str(start_at)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for name in ("writer_a", "writer_b")
     ]

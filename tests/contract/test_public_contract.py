@@ -5,13 +5,13 @@ rename therefore fails here until the page and its migration note say so."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
+
+from support.paths import REPO
 
 import observed_engine
 from observed_engine.contract import catalogue, spans, store_schema, vocabulary
 
-ROOT = Path(__file__).resolve().parent.parent
-DOC = (ROOT / "docs" / "design" / "telemetry-contract.md").read_text(encoding="utf-8")
+DOC = (REPO / "docs" / "design" / "telemetry-contract.md").read_text(encoding="utf-8")
 
 
 def _section(title: str) -> str:
@@ -42,7 +42,7 @@ def test_published_alerts_exist():
     names = re.findall(r"`(Hermes[A-Za-z]+)`", _section("Alert rules"))
     assert len(names) == 10, names
     assert set(names) <= set(vocabulary.ALERT_NAMES), sorted(set(names) - set(vocabulary.ALERT_NAMES))
-    rules = (ROOT / "deploy" / "prometheus" / "alerts.yml").read_text(encoding="utf-8")
+    rules = (REPO / "deploy" / "prometheus" / "alerts.yml").read_text(encoding="utf-8")
     for name in names:
         assert f"alert: {name}" in rules, name
 

@@ -7,14 +7,12 @@ import dataclasses
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 from typing import List, Optional
 
 import pytest
+from support.paths import REPO
 
 from observed_engine.contract import records
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def _pair(frozen: bool):

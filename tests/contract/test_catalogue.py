@@ -1,15 +1,13 @@
 """The metric catalogue is the single source: exporter names, README table, label sets."""
 
-from pathlib import Path
 
 from opentelemetry.exporter.prometheus import PrometheusMetricReader
 from opentelemetry.sdk.metrics import MeterProvider
 from prometheus_client import CollectorRegistry, generate_latest
+from support.paths import REPO
 
 from observed_engine.contract import catalogue
 from observed_engine.pipeline.instruments import Instruments
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_prometheus_names_are_what_the_exporter_exposes():
@@ -39,7 +37,7 @@ def test_prometheus_names_are_what_the_exporter_exposes():
 
 
 def test_readme_metric_table_is_generated_from_the_catalogue():
-    readme = (ROOT / "README.md").read_text()
+    readme = (REPO / "README.md").read_text()
     assert catalogue.markdown_table() in readme, "README metric table is stale: paste catalogue.markdown_table()"
 
 
@@ -51,5 +49,5 @@ def test_keys_and_names_unique():
 def test_store_schema_doc_is_current():
     from observed_engine.contract.store_schema import schema_markdown
 
-    assert (ROOT / "docs" / "store-schema.md").read_text() == schema_markdown(), \
+    assert (REPO / "docs" / "store-schema.md").read_text() == schema_markdown(), \
         "docs/store-schema.md is stale: regenerate it with observed_engine.contract.store_schema.schema_markdown()"

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from observed_engine.contract import promql
 from observed_engine.contract.catalogue import BY_KEY, prometheus_series_names
 
-ROOT = Path(__file__).resolve().parents[1]
-USERS = (ROOT / "dashboard" / "prometheus_source.py", ROOT / "deploy" / "grafana" / "build_dashboard.py")
+USERS = (REPO / "dashboard" / "prometheus_source.py", REPO / "deploy" / "grafana" / "build_dashboard.py")
 
 
 def test_promql_shapes_for_dashboard_and_grafana():
@@ -35,7 +34,7 @@ def test_promql_shapes_for_dashboard_and_grafana():
 
 def test_promql_loads_without_the_package_for_the_grafana_generator():
     """build_dashboard.py loads promql.py by path with the standard library only."""
-    tree = ast.parse((ROOT / "observed_engine" / "contract" / "promql.py").read_text())
+    tree = ast.parse((REPO / "observed_engine" / "contract" / "promql.py").read_text())
     imported = {n.module if isinstance(n, ast.ImportFrom) else a.name
                 for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))
                 for a in (n.names if isinstance(n, ast.Import) else [None])}
