@@ -31,7 +31,7 @@ from observed_engine import (
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support.fake_llm_server import FakeLLMServer  # noqa: E402
+from support.fake_llm_server import FakeLLMServer
 
 REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"

@@ -30,7 +30,7 @@ from observed_engine.compare.sessions import read_conversations
 from observed_engine.pipeline import Registry
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support.fake_llm_server import FakeLLMServer  # noqa: E402
+from support.fake_llm_server import FakeLLMServer
 
 MODEL = "fake-model"
 WINDOW = 64_000

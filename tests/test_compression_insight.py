@@ -27,7 +27,7 @@ import observed_engine
 from observed_engine import plugin as plugin_side
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support.fake_llm_server import FakeLLMServer  # noqa: E402
+from support.fake_llm_server import FakeLLMServer
 
 MODEL = "fake-model"
 SUMMARISER = "fake-summariser"

@@ -22,10 +22,10 @@ import pandas as pd
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from observed_engine.dashboard.sample_data import scenario_rows  # noqa: E402
-from test_dashboard_apptest import app, chart_titles, frames, metrics, run_ok, show, texts, write_store  # noqa: E402
+from observed_engine.dashboard.sample_data import scenario_rows
+from test_dashboard_apptest import app, chart_titles, frames, metrics, run_ok, show, texts, write_store
 
-from observed_engine.contract.store_schema import COLUMNS, make_row  # noqa: E402
+from observed_engine.contract.store_schema import COLUMNS, make_row
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

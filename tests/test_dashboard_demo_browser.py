@@ -17,8 +17,8 @@ from urllib.parse import quote
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_dashboard_browser import ARTIFACTS, CHROMIUM, _wait_charts, _wait_tables, page, start_streamlit  # noqa: E402,F401
-from test_demo import demo_command, demo_env  # noqa: E402
+from test_dashboard_browser import ARTIFACTS, CHROMIUM, _wait_charts, _wait_tables, page, start_streamlit  # noqa: F401
+from test_demo import demo_command, demo_env
 
 pytestmark = [
     pytest.mark.browser,

@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from observed_engine.dashboard.sample_data import scenario_rows  # noqa: E402
-from support.servers import refused_port  # noqa: E402
-from test_dashboard_apptest import MARKDOWN, FakePrometheus, app, run_ok, show, texts, write_store  # noqa: E402
+from observed_engine.dashboard.sample_data import scenario_rows
+from support.servers import refused_port
+from test_dashboard_apptest import MARKDOWN, FakePrometheus, app, run_ok, show, texts, write_store
 
-from observed_engine.contract.store_schema import make_row  # noqa: E402
+from observed_engine.contract.store_schema import make_row
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

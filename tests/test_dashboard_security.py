@@ -25,9 +25,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from observed_engine.dashboard.prom_http import BAD_URL  # noqa: E402
-from observed_engine.dashboard.sample_data import scenario_rows  # noqa: E402
-from test_dashboard_apptest import (  # noqa: E402
+from observed_engine.dashboard.prom_http import BAD_URL
+from observed_engine.dashboard.sample_data import scenario_rows
+from test_dashboard_apptest import (
     FakePrometheus,
     app,
     markdown_elements,

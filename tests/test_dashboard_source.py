@@ -17,13 +17,13 @@ import pytest
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from observed_engine.dashboard import sources  # noqa: E402
-from observed_engine.dashboard.prometheus_source import PrometheusSource  # noqa: E402
-from observed_engine.dashboard.sqlite_source import SQLiteSource  # noqa: E402
-from test_dashboard_apptest import write_store  # noqa: E402
+from observed_engine.dashboard import sources
+from observed_engine.dashboard.prometheus_source import PrometheusSource
+from observed_engine.dashboard.sqlite_source import SQLiteSource
+from test_dashboard_apptest import write_store
 
-from observed_engine.contract import vocabulary  # noqa: E402
-from observed_engine.contract.store_schema import make_row  # noqa: E402
+from observed_engine.contract import vocabulary
+from observed_engine.contract.store_schema import make_row
 
 ROOT = Path(__file__).resolve().parent.parent
 DASHBOARD = ROOT / "dashboard"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
-import hook_instructions  # noqa: E402
+import hook_instructions
 
 
 def test_every_step_variant_runs_and_each_takes_out_something():

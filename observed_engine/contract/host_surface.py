@@ -4,7 +4,7 @@
 engine's counters, looks some methods up on its class, and calls the built-in compressor's own
 helpers where the engine has them. Those names are listed here, each with why it is not a hook,
 so that every name the installed Hermes can use on its engine is either traced or explained.
-The drift guard (tests/test_hermes_drift.py, and tests/hermes_versions/ on every Hermes line of
+The drift guard (tests/host/test_drift.py, and tests/hermes_versions/ on every Hermes line of
 the matrix) reads the installed ``ContextEngine`` ABC and the call sites in ``run_agent.py`` and
 ``agent/`` and fails with the names that are in neither table: a new Hermes release is caught on
 its first run. A name goes here only when it is not something to trace; otherwise it gets a

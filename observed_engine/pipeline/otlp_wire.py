@@ -7,7 +7,7 @@ grouping (resource, then instrumentation scope, in first-seen order), same field
 same attributes skipped (logged) where a value cannot be encoded. The official path imports
 protobuf, the generated ``*_pb2`` modules and the exporters' packages, 25-35 ms of CPU at
 start for every process that exports OTLP/HTTP (a ``hermes -z`` one-shot pays it each time);
-this module imports ``struct``. ``tests/test_otlp_wire.py`` parses what it writes with the
+this module imports ``struct``. ``tests/pipeline/test_otlp_wire.py`` parses what it writes with the
 official messages and compares.
 
 Wire format (https://protobuf.dev/programming-guides/encoding/): every field is a tag

@@ -2,7 +2,7 @@
 
 With a plugin engine selected the host does not construct its compressor, so the plugin does,
 and it must be the compressor the bare host would have built for the same config.yaml
-(tests/test_builtin_parity.py and its per-line twin compare the whole instance state on every
+(tests/plugin/test_builtin_parity.py and its per-line twin compare the whole instance state on every
 Hermes line). The host builds it from two sources (docs/design/host-contract.md, H24, H39-H41):
 
 * the agent it is building: ``model``, ``provider``, ``base_url``, ``api_key``, ``api_mode``,

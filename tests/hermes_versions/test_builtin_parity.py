@@ -1,6 +1,6 @@
 """The built-in the plugin builds is the one bare Hermes builds, on every line (issue 26).
 
-The main suite's tests/test_builtin_parity.py, run by scripts/test.sh in each
+The main suite's tests/plugin/test_builtin_parity.py, run by scripts/test.sh in each
 ``.venv-hermes-<version>`` with ``OBSERVED_HERMES_VERSION=<version>``: the config.yaml files of
 ``support.builtin_parity.cases()`` come from that line's own DEFAULT_CONFIG (each compression key it
 knows, set to a value other than its default, then all at once, parsed and rejected values, and
@@ -22,7 +22,7 @@ import pytest
 TARGET = os.environ.get("OBSERVED_HERMES_VERSION")
 if not TARGET:
     pytest.skip("run by scripts/test.sh with a .venv-hermes-<version> python and OBSERVED_HERMES_VERSION "
-                "(tests/test_builtin_parity.py covers the main suite's Hermes)", allow_module_level=True)
+                "(tests/plugin/test_builtin_parity.py covers the main suite's Hermes)", allow_module_level=True)
 
 TESTS = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(TESTS))

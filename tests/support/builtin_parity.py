@@ -13,7 +13,7 @@ floats, booleans, bad values), the model window from ``custom_providers``, ``mod
 and ``agent.minimum_tool_context_length``. A key the table below does not know fails the test by
 name: a new Hermes line that adds a compression key gets a value here before it is verified.
 
-Used by ``tests/test_builtin_parity.py`` (0.19.0, the main suite) and
+Used by ``tests/plugin/test_builtin_parity.py`` (0.19.0, the main suite) and
 ``tests/hermes_versions/test_builtin_parity.py`` (every other line, in its own venv).
 """
 

@@ -14,11 +14,11 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from support.engines import ScriptedEngine  # noqa: E402
+from support.engines import ScriptedEngine
 
-import observed_engine  # noqa: E402
-from observed_engine import observe  # noqa: E402
-from observed_engine.capture import observed_meta  # noqa: E402
+import observed_engine
+from observed_engine import observe
+from observed_engine.capture import observed_meta
 
 
 def main() -> None:

@@ -12,14 +12,9 @@ The other Hermes lines run the same cases in tests/hermes_versions/test_builtin_
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support import builtin_parity as parity  # noqa: E402
-from support.fake_llm_server import FakeLLMServer  # noqa: E402
+from support import builtin_parity as parity
+from support.fake_llm_server import FakeLLMServer
 
 CASES = parity.cases()
 

@@ -33,6 +33,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from support.otlp_receiver import OtlpReceiver
+from support.paths import TESTS
 from support.servers import BlackHole, refused_port
 
 from observed_engine.pipeline import otlp_http
@@ -343,7 +344,7 @@ def test_an_otlp_http_process_does_not_import_protobuf(credential_provider):
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     if credential_provider:   # only the official exporter loads such a session: it is used for traces
         env["OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER"] = "not-installed"
-    tests = os.path.dirname(os.path.abspath(__file__))
+    tests = str(TESTS)
     out = subprocess.run([sys.executable, "-c", PROBE.format(tests=tests, port=refused_port())], env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -20,13 +20,11 @@ import os
 import subprocess
 import sys
 import threading
-from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from observed_engine.pipeline.sdk_resources import RefusePsutilFinder
-
-REPO = Path(__file__).resolve().parents[1]
 
 
 def _env(**extra: str) -> dict:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
+from support.paths import TESTS
 from support.servers import free_port, scrape
 
 import observed_engine
@@ -151,7 +152,7 @@ def test_exit_with_several_pipelines_a_locked_store_and_a_dead_collector_is_boun
     hole.bind(("127.0.0.1", 0))
     hole.listen(64)                                # accepts, never answers
     try:
-        code = EXIT.format(tests=str(Path(__file__).parent), home=str(hermes_home),
+        code = EXIT.format(tests=str(TESTS), home=str(hermes_home),
                            store=str(tmp_path / "locked.sqlite"), hole=hole.getsockname()[1])
         proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env={**__import__("os").environ, "HERMES_HOME": str(hermes_home)})

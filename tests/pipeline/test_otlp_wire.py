@@ -28,7 +28,6 @@ import subprocess
 import sys
 import types
 from collections import OrderedDict
-from pathlib import Path
 
 import pytest
 from google.protobuf import text_format
@@ -78,6 +77,7 @@ from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, SpanKind, TraceFlags, TraceState
 from opentelemetry.trace.status import Status, StatusCode
+from support.paths import REPO
 
 from observed_engine.pipeline import otlp_wire
 
@@ -1359,7 +1359,7 @@ loaded = [m for m in sys.modules if m.startswith(("google.protobuf", "openteleme
 assert not loaded, loaded
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                            cwd=Path(__file__).resolve().parents[1])
+                            cwd=REPO)
     assert result.returncode == 0, result.stderr
 
 

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 from support.entry_points import simulate_observed_entry_point
+from support.paths import REPO
 
 import observed_engine
 from observed_engine import hermes_plugin, is_observed
 
-REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
 GROUP = "hermes_agent.plugins"
 

@@ -24,16 +24,14 @@ from pathlib import Path
 
 import pytest
 from agent.context_compressor import ContextCompressor
+from support.fake_llm_server import FakeLLMServer
+from support.paths import REPO
 
 import observed_engine
 from observed_engine import host, is_observed, version
 from observed_engine import plugin as hp
 from observed_engine.cli import doctor
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support.fake_llm_server import FakeLLMServer  # noqa: E402
-
-REPO = Path(__file__).resolve().parent.parent
 CONFIG = {
     "model": {"default": "gpt-4o", "provider": "openrouter", "context_length": 128_000, "max_tokens": 4096},
     "compression": {"abort_on_summary_failure": True, "protect_last_n": 7},

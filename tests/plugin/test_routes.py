@@ -25,15 +25,12 @@ from pathlib import Path
 import pytest
 import yaml
 from support.entry_points import GROUP, engine_plugin, forget_modules, isolated_plugin_host, on_path
+from support.fake_llm_server import FakeLLMServer
 
 import observed_engine
 from observed_engine import cli, host, is_observed
 from observed_engine import plugin as oplugin
 from observed_engine.cli import entry_point as cli_entry_point
-
-TESTS = Path(__file__).resolve().parent
-sys.path.insert(0, str(TESTS))
-from support.fake_llm_server import FakeLLMServer  # noqa: E402
 
 MODEL = "fake-model"
 

@@ -14,6 +14,7 @@ from support.engines import NarrowEngine
 from support.engines import agent_transcript as transcript
 from support.otel import Providers, metrics
 from support.otlp_receiver import OtlpReceiver
+from support.paths import TESTS
 from support.servers import free_port, scrape
 
 import observed_engine
@@ -131,7 +132,6 @@ def test_with_the_default_settings_the_otel_sdk_is_never_imported(tmp_path):
     (store only) build no exporter; a setting that asks for one still gets it."""
     import subprocess
     import sys
-    from pathlib import Path
 
     code = (
         "import sys; sys.path.insert(0, %r)\n"  # noqa: UP031  (a program text with %r paths)
@@ -144,7 +144,7 @@ def test_with_the_default_settings_the_otel_sdk_is_never_imported(tmp_path):
         "print(sorted(m for m in sys.modules if m.startswith('opentelemetry.sdk')))\n"
         "observe(NarrowEngine(), settings={'store': False, 'prometheus': {'enabled': True, 'port': %d}})\n"
         "print('opentelemetry.sdk.metrics' in sys.modules)\n"
-    ) % (str(Path(__file__).parent), str(tmp_path / "s.sqlite"), free_port())
+    ) % (str(TESTS), str(tmp_path / "s.sqlite"), free_port())
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                          timeout=120).stdout.splitlines()
     assert out == ["[]", "True"], out

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 from support.entry_points import engine_plugin, forget_modules, isolated_plugin_host, on_path
+from support.paths import REPO
 
 import observed_engine
 from observed_engine import host, is_observed
 
-REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
 
 

@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.engines import ScriptedEngine, transcript
 from support.latency import ReceiverProcess, interleaved
 from support.otlp_receiver import OtlpReceiver
+from support.paths import TESTS
 from support.servers import BlackHole, free_port, http_get, refused_port, wait_until
 
 import observed_engine
@@ -224,7 +225,7 @@ def test_exit_delivers_pending_telemetry_without_bogus_errors(receiver, tmp_path
     script.write_text(
         "import sys, logging\n"
         "logging.basicConfig(level=logging.WARNING)\n"
-        f"sys.path.insert(0, {str(os.path.dirname(os.path.abspath(__file__)))!r})\n"
+        f"sys.path.insert(0, {str(TESTS)!r})\n"
         "from observed_engine import observe\n"
         "from support.engines import ScriptedEngine\n"
         "eng = observe(ScriptedEngine('exiting'), settings={'otlp': {'enabled': True, 'protocol': 'grpc', "
