@@ -30,11 +30,12 @@ pytestmark = [
 ]
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import test_dashboard_apptest as apptest  # noqa: E402
 from support.real_feeds import copy_store  # noqa: E402
 from support.servers import ServerProcess  # noqa: E402
-from test_dashboard_apptest import drawn_sessions, open_sessions, pct0, write_store  # noqa: E402
-from test_dashboard_markdown import PAYLOAD, payload_rows  # noqa: E402
+
+import tests.dashboard.test_apptest as apptest  # noqa: E402
+from tests.dashboard.test_apptest import drawn_sessions, open_sessions, pct0, write_store  # noqa: E402
+from tests.dashboard.test_markdown import PAYLOAD, payload_rows  # noqa: E402
 
 # the swappable feeds, shared with the AppTest module (fixtures: one of each per module)
 fed, metrics_endpoint, prometheus = apptest.fed, apptest.metrics_endpoint, apptest.prometheus

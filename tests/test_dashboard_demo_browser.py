@@ -18,7 +18,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_dashboard_browser import ARTIFACTS, CHROMIUM, _wait_charts, _wait_tables, page, start_streamlit  # noqa: F401
-from test_demo import demo_command, demo_env
+
+from tests.demo.test_demo import demo_command, demo_env
 
 pytestmark = [
     pytest.mark.browser,

@@ -205,7 +205,7 @@ def _non_loopback_ip():
 
 def test_demo_dashboard_binds_loopback_by_default(tmp_path, monkeypatch):
     """The demo's default host is 127.0.0.1 and its Streamlit command says so (the real demo's
-    dashboard, started without --host, listens on 127.0.0.1 only: tests/test_demo.py)."""
+    dashboard, started without --host, listens on 127.0.0.1 only: tests/demo/test_demo.py)."""
     from observed_engine import demo
 
     args = demo.build_parser().parse_args([])

@@ -5,7 +5,7 @@ prometheus-alertmanager, chromium; the test extras).
 
 ``scripts/setup.sh --dry-run`` says what it would install and changes nothing; it runs here with a
 PATH that holds none of those binaries and a venv path that does not exist, so it decides as on a
-fresh machine. That the demo itself runs without them: tests/test_demo.py runs it with a PATH
+fresh machine. That the demo itself runs without them: tests/demo/test_demo.py runs it with a PATH
 that lacks them.
 """
 

@@ -7,7 +7,7 @@
 The board is built from small helpers so every query uses the same template-variable selector and
 every panel the same datasource variable. Metric names come from observed_engine/contract/catalogue.py
 and the query shapes from observed_engine/contract/promql.py, which the Streamlit dashboard's Prometheus source
-uses too (tests/test_deploy.py checks the generated exprs against the catalogue).
+uses too (tests/deploy/test_static.py checks the generated exprs against the catalogue).
 Standard library only, so it runs without the project installed: the checkout's root goes on
 sys.path and the contract modules are imported from it (the package root is lazy, so this imports
 nothing of the engine side)."""

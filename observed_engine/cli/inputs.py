@@ -1,6 +1,6 @@
 """What the operator hands a command, checked before the command changes anything.
 
-The rule of the whole CLI (tests/test_cli_bad_input.py runs it as a table): a wrong input is
+The rule of the whole CLI (tests/cli/test_bad_input.py runs it as a table): a wrong input is
 one line on stderr that names what is wrong and the fix, exit code 2, no traceback, and no
 file created or changed, in the Hermes home or in the Hermes installation. So every check
 here runs before the first write, and each raises :class:`CliError` (or, for a flag's value,

@@ -25,7 +25,7 @@ def test_promql_shapes_for_dashboard_and_grafana():
         'max by (engine) (hermes_context_window_tokens{job="x"})'
     assert promql.agg("max", ["engine"], promql.over("last_over_time", calls, "", "60s")) == \
         f"max by (engine) (last_over_time({calls}{{}}[60s]))"
-    # le always leads the grouping, so the by-clause check of tests/test_deploy.py holds
+    # le always leads the grouping, so the by-clause check of tests/deploy/test_static.py holds
     assert promql.quantile(0.95, dur, ["engine", "hook"], "", "$__rate_interval") == \
         f"histogram_quantile(0.95, sum by (le, engine, hook) (rate({dur}_bucket{{}}[$__rate_interval])))"
     assert promql.quantile(0.5, dur, ["engine"], "", "30s", fn="increase") == \

@@ -14,9 +14,9 @@ import pytest
 from observed_engine.dashboard.format import fmt_int, fmt_tokens
 from observed_engine.dashboard.sources import CLONE_COLUMNS, PRUNE_COLUMNS, TURN_COLUMNS
 from support.engines import CANARY, EngineError, agent_transcript
-from test_dashboard_apptest import app, frame_with, metrics, run_ok, show, texts
 
 from observed_engine.contract import vocabulary as v
+from tests.dashboard.test_apptest import app, frame_with, metrics, run_ok, show, texts
 from tests.worker.test_new_hooks import NewHooksEngine, _prune_big_results
 
 TURNS = [

@@ -10,16 +10,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
-ROOT = Path(__file__).resolve().parents[1]
-PROM_DIR = ROOT / "deploy" / "prometheus"
+PROM_DIR = REPO / "deploy" / "prometheus"
 ALERTS = PROM_DIR / "alerts.yml"
 ALERT_TESTS = PROM_DIR / "alerts.test.yml"
 PROM_CONFIG = PROM_DIR / "prometheus.yml"
-AM_CONFIG = ROOT / "deploy" / "alertmanager" / "alertmanager.yml"
+AM_CONFIG = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
 
 
 def require_tool(name: str) -> str:

@@ -16,18 +16,16 @@ import json
 import os
 import re
 import socket
-import sys
 import threading
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from observed_engine.dashboard.prom_http import BAD_URL
 from observed_engine.dashboard.sample_data import scenario_rows
-from test_dashboard_apptest import (
+
+from tests.dashboard.test_apptest import (
     FakePrometheus,
     app,
     markdown_elements,

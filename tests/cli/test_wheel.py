@@ -21,10 +21,10 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from observed_engine.cli import paths as cli_paths
 
-REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
 PACKAGED = f"observed_engine/{cli_paths.PLUGIN_FILES_DIR}"
 

@@ -15,18 +15,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from observed_engine.dashboard import sources
 from observed_engine.dashboard.prometheus_source import PrometheusSource
 from observed_engine.dashboard.sqlite_source import SQLiteSource
-from test_dashboard_apptest import write_store
+from support.paths import REPO
 
 from observed_engine.contract import vocabulary
 from observed_engine.contract.store_schema import make_row
+from tests.dashboard.test_apptest import write_store
 
-ROOT = Path(__file__).resolve().parent.parent
-DASHBOARD = ROOT / "dashboard"
+DASHBOARD = REPO / "dashboard"
 MODULES = sorted(p for p in DASHBOARD.rglob("*.py") if p.name != "sample_data.py")
 
 
@@ -123,7 +121,7 @@ def test_the_app_runs_from_an_installed_package(tmp_path):
     repository next to it (no deploy/, no top-level dashboard/)."""
     site = tmp_path / "site"
     ignore = shutil.ignore_patterns("__pycache__")
-    shutil.copytree(ROOT / "observed_engine", site / "observed_engine", ignore=ignore)
+    shutil.copytree(REPO / "observed_engine", site / "observed_engine", ignore=ignore)
     shutil.copytree(DASHBOARD, site / "observed_engine" / "dashboard", ignore=ignore)
     now = time.time()
     store = write_store(tmp_path / "store" / "telemetry.sqlite", [
@@ -157,7 +155,7 @@ def test_the_app_runs_from_an_installed_package(tmp_path):
 def test_store_alerts_have_the_shipped_rules_severities(tmp_path):
     """Derived from the store with the contract's severities (no deploy/ in a wheel), which are the
     shipped rules' (deploy/prometheus/alerts.yml; HermesContextSummaryFailing: critical for auth)."""
-    rules = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yml").read_text())
+    rules = yaml.safe_load((REPO / "deploy" / "prometheus" / "alerts.yml").read_text())
     shipped = {r["alert"]: r["labels"]["severity"] for g in rules["groups"] for r in g["rules"] if "alert" in r}
     now = time.time()
     c = dict(host="h", pid=1, session="s1", engine="compressor")

@@ -35,7 +35,6 @@ import pytest
 
 from observed_engine import host
 
-REPO = Path(__file__).resolve().parent.parent
 Setup = Callable[[Path, Path], None]
 
 

@@ -432,7 +432,7 @@ def test_a_dashboard_that_cannot_start_is_said_in_one_line(tmp_path):
 
 
 # The demo's wrong arguments (ports, counts, durations, the window, --store, --dir, --host, a
-# taken --prometheus-port, argparse's own errors) are rows of tests/test_cli_bad_input.py.
+# taken --prometheus-port, argparse's own errors) are rows of tests/cli/test_bad_input.py.
 
 
 def test_a_server_that_took_the_port_meanwhile_is_not_the_dashboard(tmp_path):

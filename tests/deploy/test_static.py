@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import yaml
 from support.deploy import panel_exprs
+from support.paths import REPO
 
 from observed_engine.contract.catalogue import BY_PROM_NAME, HISTOGRAM, METRICS, prometheus_series_names
 
-ROOT = Path(__file__).resolve().parents[1]
-DEPLOY = ROOT / "deploy"
+DEPLOY = REPO / "deploy"
 COMPOSE = DEPLOY / "docker-compose.yaml"
 COLLECTOR = DEPLOY / "otel-collector.yaml"
 PROM = DEPLOY / "prometheus" / "prometheus.yml"
@@ -117,7 +117,7 @@ def test_compose_bind_mounts_exist_and_named_volumes_are_declared(compose):
             if kind == "bind":
                 path = (DEPLOY / src).resolve()
                 assert path.exists(), f"{name}: bind mount source {src} ({path}) does not exist"
-                assert path == ROOT or ROOT in path.parents, f"{name}: {src} is outside the repository"
+                assert path == REPO or REPO in path.parents, f"{name}: {src} is outside the repository"
             else:
                 assert src in declared, f"{name}: named volume {src} not declared at top level"
 
@@ -343,13 +343,13 @@ def test_grafana_board_uses_catalogue_metrics_and_labels(board):
 
 
 def test_dashboard_code_uses_catalogue_metrics():
-    files = sorted((ROOT / "dashboard").glob("*.py"))
+    files = sorted((REPO / "dashboard").glob("*.py"))
     if not files:
         pytest.skip("dashboard/*.py does not exist yet")
     valid = prometheus_series_names()
     for path in files:
         unknown = python_string_tokens(path) - valid
-        assert not unknown, f"{path.relative_to(ROOT)} uses metric names not in the catalogue: {sorted(unknown)}"
+        assert not unknown, f"{path.relative_to(REPO)} uses metric names not in the catalogue: {sorted(unknown)}"
 
 
 def test_every_histogram_quantile_aggregates_buckets_by_le(board, alert_rules):

@@ -12,18 +12,14 @@ the payload must read exactly as it is wherever it is shown.
 from __future__ import annotations
 
 import json
-import sys
 import time
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from observed_engine.dashboard.sample_data import scenario_rows
 from support.servers import refused_port
-from test_dashboard_apptest import MARKDOWN, FakePrometheus, app, run_ok, show, texts, write_store
 
 from observed_engine.contract.store_schema import make_row
+from tests.dashboard.test_apptest import MARKDOWN, FakePrometheus, app, run_ok, show, texts, write_store
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

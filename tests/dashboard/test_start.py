@@ -6,7 +6,7 @@
 command in the documentation, the scripts and the deploy stack is ``observed-engine dashboard`` or
 says ``--server.address 127.0.0.1``. The one exception is the container of
 ``deploy/docker-compose.yaml``, which listens on the container's interfaces and is published on the
-host's 127.0.0.1 only (tests/test_deploy.py).
+host's 127.0.0.1 only (tests/deploy/test_static.py).
 """
 
 from __future__ import annotations
@@ -16,14 +16,13 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import psutil
+from support.paths import REPO
 from support.servers import free_port
 
 from observed_engine import demo
 
-REPO = Path(__file__).resolve().parent.parent
 SCANNED = [REPO / "README.md", REPO / "docs", REPO / "dashboard", REPO / "deploy", REPO / "scripts",
            REPO / "observed_engine", REPO / "benchmarks"]
 SUFFIXES = {".md", ".py", ".sh", ".yaml", ".yml", ".toml", ".txt", ".cfg", ".ini"}

@@ -19,7 +19,9 @@ from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+from support.fake_llm_server import FakeLLMServer
 from support.llm import install_llm
+from support.paths import REPO
 from support.store_rows import read_rows
 
 from observed_engine import host
@@ -28,9 +30,6 @@ from observed_engine.cli import main
 from observed_engine.compare import CompareError, run_compare
 from observed_engine.compare.sessions import read_conversations
 from observed_engine.pipeline import Registry
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from support.fake_llm_server import FakeLLMServer
 
 MODEL = "fake-model"
 WINDOW = 64_000
@@ -218,7 +217,7 @@ def test_the_dashboard_opens_a_replay_run_apart_from_live_data(recording, compar
     monkeypatch.setenv("OBSERVED_STORE", str(recording["base"] / "live.sqlite"))
     monkeypatch.setenv("OBSERVED_COMPARE_DIR", str(compared["out"].parent))
     monkeypatch.setattr(sys, "argv", ["app.py"])
-    at = AppTest.from_file("../dashboard/app.py", default_timeout=120)
+    at = AppTest.from_file(str(REPO / "dashboard" / "app.py"), default_timeout=120)
     at.session_state["view"] = "Compare engines"
     at.run()
     assert not at.exception, [e.value for e in at.exception]

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.entry_points import on_path
+from support.paths import REPO
 
 import observed_engine
 from observed_engine import cli, host
@@ -28,7 +29,6 @@ from observed_engine.cli import entry_point as cli_entry_point
 from observed_engine.cli import install as cli_install
 from observed_engine.cli import paths as cli_paths
 
-REPO = Path(__file__).resolve().parent.parent
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
 PACKAGED_PLUGIN = REPO / "observed_engine" / "hermes_plugin_dir"
 

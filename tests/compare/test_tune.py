@@ -20,6 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from observed_engine import host
 from observed_engine.cli import main
@@ -30,7 +31,6 @@ from observed_engine.compare.sessions import read_conversations
 from observed_engine.compare.tune import run_tune
 from observed_engine.compare.variants import VariantError, make, parse_variants
 
-REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "benchmarks"))
 import record_month  # noqa: E402
 
@@ -298,7 +298,7 @@ def test_the_dashboard_shows_a_sweep_apart_from_live_data(month, serial, monkeyp
     monkeypatch.setenv("OBSERVED_STORE", str(month["home"] / "observed" / "telemetry.sqlite"))   # the live store
     monkeypatch.setenv("OBSERVED_TUNE_DIR", str(serial["out"].parent))
     monkeypatch.setattr(sys, "argv", ["app.py"])
-    at = AppTest.from_file("../dashboard/app.py", default_timeout=120)
+    at = AppTest.from_file(str(REPO / "dashboard" / "app.py"), default_timeout=120)
     at.session_state["view"] = "Compare engines"
     at.run()
     at.radio(key="compare_data").set_value("Sweep (observed-engine tune)")

@@ -24,11 +24,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.paths import REPO
 
 from observed_engine import host
 from observed_engine.cli import entry_point, paths
-
-REPO = Path(__file__).resolve().parent.parent
 
 
 def env_for(home: Path) -> dict:

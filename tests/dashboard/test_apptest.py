@@ -50,6 +50,7 @@ from markdown_it import MarkdownIt
 from observed_engine.dashboard.format import fmt_int, fmt_pct, fmt_seconds, fmt_tokens
 from observed_engine.dashboard.sample_data import scenario_rows
 from support import real_feeds
+from support.paths import REPO
 from support.real_feeds import (
     SCRIPT,
     EngineExporter,
@@ -66,10 +67,9 @@ from observed_engine.contract import catalogue
 from observed_engine.contract.store_schema import INSERT_SQL, make_row
 from observed_engine.store import StoreWriter, connect
 
-ROOT = Path(__file__).resolve().parent.parent
-APP = "../dashboard/app.py"        # relative to this file: <repo>/dashboard/app.py
+APP = str(REPO / "dashboard" / "app.py")
 TIMEOUT = 120
-ALERT_RULES = ROOT / "deploy" / "prometheus" / "alerts.yml"
+ALERT_RULES = REPO / "deploy" / "prometheus" / "alerts.yml"
 SCRAPE_INTERVAL = 0.25             # seconds; short, so increase() extrapolates little
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")

@@ -14,18 +14,14 @@ header. Every number the views show is the one of a reference store:
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
 import pandas as pd
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from observed_engine.dashboard.sample_data import scenario_rows
-from test_dashboard_apptest import app, chart_titles, frames, metrics, run_ok, show, texts, write_store
 
 from observed_engine.contract.store_schema import COLUMNS, make_row
+from tests.dashboard.test_apptest import app, chart_titles, frames, metrics, run_ok, show, texts, write_store
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
