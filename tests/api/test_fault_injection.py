@@ -14,7 +14,6 @@ import logging
 import socket
 import sqlite3
 import time
-from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.metrics.export import MetricExporter
@@ -27,6 +26,7 @@ from support.llm import install_llm
 from support.logs import matching, our_records
 from support.otel import Providers
 from support.otlp_receiver import OtlpReceiver
+from support.paths import TESTS
 from support.servers import BlackHole, free_port, prom_value, scrape, wait_until
 from support.store_rows import count_rows
 from support.twins import host_calls, run_script, run_sessions
@@ -541,7 +541,7 @@ def test_host_exits_promptly_with_a_black_holed_collector(tmp_path):
     import sys
 
     hole = BlackHole()
-    script = _EXITING_HOST.format(tests=str(Path(__file__).parent), store=str(tmp_path / "store.sqlite"),
+    script = _EXITING_HOST.format(tests=str(TESTS), store=str(tmp_path / "store.sqlite"),
                                   port=hole.port)
     try:
         proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,

@@ -8,10 +8,9 @@ import logging
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from observed_engine import failsafe
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(autouse=True)
@@ -96,8 +95,8 @@ def bare_passes(path: Path):
 
 
 def test_every_broad_handler_that_only_passes_says_why():
-    files = sorted((ROOT / "observed_engine").rglob("*.py")) + sorted((ROOT / "dashboard").rglob("*.py"))
-    silent = [f"{p.relative_to(ROOT)}:{line}: {text}" for p in files for line, text in bare_passes(p)]
+    files = sorted((REPO / "observed_engine").rglob("*.py")) + sorted((REPO / "dashboard").rglob("*.py"))
+    silent = [f"{p.relative_to(REPO)}:{line}: {text}" for p in files for line, text in bare_passes(p)]
     assert silent == [], ("broad handlers that swallow without a word: use failsafe.swallowed/note, or say "
                           "why on the except or pass line:\n" + "\n".join(silent))
 

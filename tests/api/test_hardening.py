@@ -22,6 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from support.engines import KwargsEngine, NarrowEngine
 from support.engines import agent_transcript as transcript
 from support.otlp_receiver import OtlpReceiver
+from support.paths import TESTS
 from support.servers import free_port
 
 import observed_engine
@@ -218,11 +219,10 @@ def test_one_shot_exit_after_on_session_end_loses_nothing(tmp_path):
     """``hermes -z`` ends with os._exit() after on_session_end: the end of the telemetry was lost."""
     import subprocess
     import sys
-    from pathlib import Path
 
     store = tmp_path / "one-shot.sqlite"
     with OtlpReceiver(grpc_enabled=False) as receiver:
-        code = ONE_SHOT.format(tests=str(Path(__file__).parent), store=str(store), endpoint=receiver.http_endpoint)
+        code = ONE_SHOT.format(tests=str(TESTS), store=str(store), endpoint=receiver.http_endpoint)
         t0 = time.monotonic()
         subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
         took = time.monotonic() - t0

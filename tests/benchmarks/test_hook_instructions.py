@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+from support.paths import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
 
 import hook_instructions
 

@@ -16,10 +16,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from support.paths import REPO
 
 from observed_engine import version
 
-REPO = Path(__file__).resolve().parent.parent
 SETUP = REPO / "scripts" / "setup.sh"
 TEST_ONLY_PACKAGES = ("prometheus", "prometheus-alertmanager", "chromium")
 
