@@ -82,7 +82,8 @@ def child(mode: str, hook: str, out: str, batch: int, batches: int) -> int:
 # -- --steps: what each step of the exact leaf hook costs, by taking it out ---------------------
 #
 # The generated source of a should_compress-shaped exact leaf hook (capture/exact_leaf.py's
-# template, as generated for the built-in), each step taken out alone, in a small process (no
+# template, as generated for the built-in; update_from_response's state read as generated there:
+# three attribute reads into the event's tuple), each step taken out alone, in a small process (no
 # Hermes) under callgrind: the difference to the whole hook is that step's cost.
 
 _STEP_HOOK = """
@@ -91,21 +92,23 @@ def hook(self, prompt_tokens=None):
         return _oe_changed(self, (prompt_tokens, ), _oe_no_keywords)
     if _oe_running and _oe_inside.engine is self:
         return _oe_original(self, prompt_tokens)
+    if _oe_len(_oe_queue) >= 100000:
+        _oe_dropped()
+        return _oe_original(self, prompt_tokens)
     _oe_ctx = _oe_get_context()
     _oe_t0 = _oe_clock()
     try:
         _oe_result = _oe_original(self, prompt_tokens)
     except BaseException:
         raise
-    _oe_t1 = _oe_clock()
-    if _oe_len(_oe_queue) < _oe_cap:
-        _oe_append((5, self, _oe_t0, _oe_t1, None, (prompt_tokens, ), _oe_no_keywords, _oe_result, _oe_ctx, None))
-    else:
-        _oe_dropped()
+    _oe_append((5, self, _oe_t0, _oe_clock(), None, (prompt_tokens, ), _oe_no_keywords, _oe_result, _oe_ctx, None))
     return _oe_result
 """
-_STATE = ("        _oe_append((5, self, _oe_t0, _oe_t1, None, (prompt_tokens, ), _oe_no_keywords, _oe_result, "
-          "_oe_ctx, None))")
+_EVENT = "(5, self, _oe_t0, _oe_clock(), None, (prompt_tokens, ), _oe_no_keywords, _oe_result, _oe_ctx, None)"
+_APPEND = f"    _oe_append({_EVENT})\n"
+_WITH_STATE = ("    try:\n        _oe_append(" + _EVENT[:-1]
+               + ", self.last_prompt_tokens, self.threshold_tokens, self.context_length))\n"
+               "    except Exception:\n        _oe_append(" + _EVENT[:-1] + ", None, None, None))\n")
 STEP_VARIANTS = {
     "nothing": ("hook = _oe_original", None),
     "frame": ("def hook(self, prompt_tokens=None):\n    return _oe_original(self, prompt_tokens)\n", None),
@@ -118,12 +121,11 @@ STEP_VARIANTS = {
         "whole"),
     "timestamps (2 clock reads)": (_STEP_HOOK.replace("_oe_clock()", "0"), "whole"),
     "span parent (ContextVar.get)": (_STEP_HOOK.replace("_oe_ctx = _oe_get_context()", "_oe_ctx = None"), "whole"),
-    "queue bound (len check)": (_STEP_HOOK.replace("    if _oe_len(_oe_queue) < _oe_cap:\n", "    if 1:\n"), "whole"),
-    "event tuple + deque.append": (_STEP_HOOK.replace(_STATE, "        pass"), "whole"),
-    "state read, 3 attributes (update_from_response)": (_STEP_HOOK.replace(_STATE, (
-        "        try:\n            _oe_state = self.last_prompt_tokens, self.threshold_tokens, self.context_length\n"
-        "        except Exception:\n            _oe_state = None\n") + _STATE.replace("_oe_ctx, None))",
-                                                                             "_oe_ctx, _oe_state))")), "whole"),
+    "queue bound (len check)": (_STEP_HOOK.replace(
+        "    if _oe_len(_oe_queue) >= 100000:\n        _oe_dropped()\n        return _oe_original(self, prompt_tokens)\n",
+        ""), "whole"),
+    "event tuple + deque.append": (_STEP_HOOK.replace(_APPEND, "    _oe_t1 = _oe_clock()\n"), "whole"),   # t1 still read
+    "state read, 3 attributes (update_from_response)": (_STEP_HOOK.replace(_APPEND, _WITH_STATE), "whole"),
 }
 
 

@@ -27,29 +27,35 @@ _EXACT_LEAF_SOURCE = '''\
 def {name}({params}):{check}
     if _oe_running and _oe_inside.engine is {self}:
         return _oe_original({call})
+    if _oe_len(_oe_queue) >= {cap}:
+        _oe_dropped()
+        return _oe_original({call})
     _oe_ctx = {get_context}
     _oe_t0 = _oe_clock()
     try:
         _oe_result = _oe_original({call})
     except _oe_any_exception as _oe_exc:
-        _oe_t1 = _oe_clock()
-        if _oe_len(_oe_queue) < _oe_cap:
-            _oe_append(({idx}, {self}, _oe_t0, _oe_t1, _oe_exc, {positional}, {keywords}, None, _oe_ctx, None))
-        else:
-            _oe_dropped()
+        _oe_append(({idx}, {self}, _oe_t0, _oe_clock(), _oe_exc, {positional}, {keywords}, None, _oe_ctx, None))
         raise
-    _oe_t1 = _oe_clock()
-    if _oe_len(_oe_queue) < _oe_cap:{read_state}
-        _oe_append(({idx}, {self}, _oe_t0, _oe_t1, None, {positional}, {keywords}, _oe_result, _oe_ctx, {state}))
-    else:
-        _oe_dropped()
+{hand_off}
     return _oe_result
 '''
+# What each step costs, and why it is written this way (benchmarks/hook_instructions.py --steps;
+# docs/performance.md, *Hook path*): the queue bound is checked before the call (a full queue:
+# the loss is counted and the call goes straight to the inner), so after it only the event is
+# appended; ``t1`` is read inside the event's tuple (no local), and the bound is a constant of
+# the generated code. A deque with ``maxlen`` and ``insert`` (which raises when full) would fold
+# the bound into the hand-off, but in Python 3.11 ``deque.insert`` parses its arguments with
+# PyArg_ParseTuple and costs more than the ``len`` it saves.
+_HAND_OFF = '''\
+    _oe_append(({idx}, {self}, _oe_t0, _oe_clock(), None, {positional}, {keywords}, _oe_result, _oe_ctx, None))'''
 
-# state_reads.read_state, inlined (a call would cost a third of what it reads). When the
-# engine the class was generated for holds all three numbers in its instance dict (the
-# built-in does), they are read as the instance's attributes, three specialised attribute reads
-# (about 640 instructions fewer than fetching ``self.__dict__`` and looking the names up in it;
+# state_reads.read_state, inlined (a call would cost a third of what it reads). The three numbers
+# follow the event's ten fields (contract.events.event_state): one tuple fewer per call on the
+# host's thread than a state tuple in ``extra``. They are read after ``t1``. When the engine the
+# class was generated for holds all three numbers in its instance dict (the built-in does), they
+# are read as the instance's attributes, three specialised attribute reads (about 640 instructions
+# fewer than fetching ``self.__dict__`` and looking the names up in it;
 # benchmarks/hook_instructions.py), but only where that reads exactly what the instance dict
 # holds: the class (the whole MRO) overrides neither __getattribute__ nor __getattr__ and holds
 # no descriptor of those names (``_reads_state_as_attributes``), so an attribute read finds the
@@ -59,11 +65,13 @@ def {name}({params}):{check}
 # (AttributeError, KeyError) and falls back to read_state.
 # ``self.__dict__`` is read directly only when no class in the MRO overrides
 # __getattribute__ (that would be engine code the host did not call).
-_INLINE_READ_STATE = """
-        try:
-            _oe_state = {read}
-        except _oe_exception:
-            _oe_state = _oe_read_state({self})"""
+_HAND_OFF_WITH_STATE = '''\
+    try:
+        _oe_append(({idx}, {self}, _oe_t0, _oe_clock(), None, {positional}, {keywords}, _oe_result, _oe_ctx, None,
+                    {read}))
+    except _oe_exception:
+        _oe_append(({idx}, {self}, _oe_t0, _oe_clock(), None, {positional}, {keywords}, _oe_result, _oe_ctx, None,
+                    *_oe_read_state({self})))'''
 _READ_BY_ATTRIBUTES = ", ".join("{self}." + f for f in STATE_FIELDS)
 _READ_BY_SUBSCRIPTS = "(_oe_d := {dict})[" + "], _oe_d[".join(repr(f) for f in STATE_FIELDS) + "]"
 _READ_BY_GETS = ('(_oe_d := {dict}).get("last_prompt_tokens", _oe_missing), '
@@ -125,7 +133,7 @@ def make_exact_leaf_hook(spec, idx, original, pipeline, cls, state_in_instance, 
         namespace.update(_oe_inner=stale.inner_cls, _oe_changed=as_called_by_host(params, stale))
     namespace.update(
         _oe_running=guarded_running, _oe_inside=inside, _oe_original=original, _oe_clock=perf_counter_ns,
-        _oe_queue=recorder.queue, _oe_append=recorder.queue.append, _oe_cap=recorder.capacity,
+        _oe_queue=recorder.queue, _oe_append=recorder.queue.append,
         _oe_dropped=recorder.note_dropped, _oe_get_context=get_current_context, _oe_no_keywords=_NO_KEYWORDS,
         _oe_dict_of=object.__getattribute__, _oe_missing=MISSING,
         _oe_read_state=read_state,
@@ -134,14 +142,16 @@ def make_exact_leaf_hook(spec, idx, original, pipeline, cls, state_in_instance, 
     )
     positional_text = "(" + "".join(f"{n}, " for n in positional) + ")"
     keywords_text = "{" + ", ".join(keywords) + "}" if keywords else "_oe_no_keywords"
+    fields = dict(self=self_name, idx=idx, positional=positional_text, keywords=keywords_text)
+    if spec.reads_state:
+        hand_off = _HAND_OFF_WITH_STATE.format(read=_state_read(cls, self_name, state_in_instance), **fields)
+    else:
+        hand_off = _HAND_OFF.format(**fields)
     source = _EXACT_LEAF_SOURCE.format(
-        name=spec.name, params=", ".join(rendered), self=self_name, call=", ".join(call), idx=idx,
-        check="" if stale is None else _STALE_CHECK.format(
-            name=spec.name, self=self_name, positional=positional_text, keywords=keywords_text),
+        name=spec.name, params=", ".join(rendered), call=", ".join(call), cap=int(recorder.capacity),
+        check="" if stale is None else _STALE_CHECK.format(name=spec.name, **fields),
         get_context="_oe_get_context()" if pipeline.settings.traces else "None",
-        positional=positional_text, keywords=keywords_text,
-        read_state=_inline_read_state(cls, self_name, state_in_instance) if spec.reads_state else "",
-        state="_oe_state" if spec.reads_state else "None",
+        hand_off=hand_off, **fields,
     )
     filename = f"<observed-engine {cls.__qualname__}.{spec.name} #{next(_generated_count)}>"
     try:
@@ -157,15 +167,15 @@ def make_exact_leaf_hook(spec, idx, original, pipeline, cls, state_in_instance, 
 _generated_count = itertools.count(1)
 
 
-def _inline_read_state(cls, self_name, state_in_instance) -> str:
+def _state_read(cls, self_name, state_in_instance) -> str:
+    """The expression that reads the three STATE_FIELDS (three tuple items) on the hook path."""
     if state_in_instance and _reads_state_as_attributes(cls):
-        return _INLINE_READ_STATE.format(read=_READ_BY_ATTRIBUTES.format(self=self_name), self=self_name)
+        return _READ_BY_ATTRIBUTES.format(self=self_name)
     if cls.__getattribute__ is object.__getattribute__:
         instance_dict = f"{self_name}.__dict__"
     else:
         instance_dict = f'_oe_dict_of({self_name}, "__dict__")'
-    read = (_READ_BY_SUBSCRIPTS if state_in_instance else _READ_BY_GETS).format(dict=instance_dict)
-    return _INLINE_READ_STATE.format(read=read, self=self_name)
+    return (_READ_BY_SUBSCRIPTS if state_in_instance else _READ_BY_GETS).format(dict=instance_dict)
 
 
 _ABSENT = object()

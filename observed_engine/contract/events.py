@@ -28,9 +28,12 @@ class HookEvent(NamedTuple):
     # None when traces are off.
     span_or_parent: Any
     # What the hook path copied for the worker, by hook kind: engine state (STATE_FIELDS, for
-    # hooks.HookSpec.reads_state), the selected items (select_context), a CompressCapture
-    # (compress), a PruneCapture (prune_tool_results_only), else None.
+    # hooks.HookSpec.reads_state; see event_state), the selected items (select_context), a
+    # CompressCapture (compress), a PruneCapture (prune_tool_results_only), else None.
     extra: Any
+    # An exact leaf hook that reads state (capture/exact_leaf.py) appends its three STATE_FIELDS
+    # after these ten fields instead of as a tuple in ``extra``, which is then None: one tuple
+    # fewer per call on the host's thread. ``event_state`` reads either.
 
 
 class CompressCapture(NamedTuple):
@@ -86,6 +89,16 @@ SUMMARY_FIELDS: Tuple[str, ...] = (
     "_last_summary_auth_failure", "_last_summary_network_failure",
     "summary_model", "model", "provider",
 )
+
+
+def event_state(event: tuple) -> Any:
+    """The STATE_FIELDS a ``reads_state`` event carries: the three items after HookEvent's ten
+    fields (the exact leaf form), else its ``extra`` (a tuple, or None)."""
+    return event[_FIELDS:] if len(event) > _FIELDS else event[_EXTRA]
+
+
+_FIELDS = len(HookEvent._fields)
+_EXTRA = HookEvent._fields.index("extra")
 
 
 class _Missing:

@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, Optional
 
 from ..contract import spans as a
 from ..contract import vocabulary as v
-from ..contract.events import ENGINE_META_ATTRIBUTE, MISSING, HookEvent, PruneCapture, as_messages
+from ..contract.events import ENGINE_META_ATTRIBUTE, MISSING, HookEvent, PruneCapture, as_messages, event_state
 from ..contract.hooks import HOOK_SPECS
 from ..contract.identifiers import identifier
 from .messages import message_problem
@@ -73,14 +73,14 @@ def update_model(w, mem, _label, ev, row, attrs) -> None:
     model = _arg(ev, 0, "model")
     if _set_model(mem, model):
         attrs[a.REQUEST_MODEL] = identifier(model)
-    _state_columns(w, mem, ev.extra, row, ev.engine)
+    _state_columns(w, mem, event_state(ev), row, ev.engine)
     track_blocked(w, mem, ev.engine, row)
 
 
 def on_session_reset(w, mem, _label, ev, row, _attrs) -> None:
     mem.last_selection = None
     mem.compacted = False
-    _state_columns(w, mem, ev.extra, row, ev.engine)
+    _state_columns(w, mem, event_state(ev), row, ev.engine)
     track_blocked(w, mem, ev.engine, row)
 
 
@@ -287,7 +287,7 @@ def update_from_response(w, mem, label, ev, row, attrs) -> None:
             row["cache_rewrite_tokens"] = attrs[a.CACHE_REWRITE_TOKENS] = rewrite
             if rewrite:
                 w.count("cache_rewrite_tokens", rewrite, engine=label)
-    _state_columns(w, mem, ev.extra, row, ev.engine)
+    _state_columns(w, mem, event_state(ev), row, ev.engine)
     track_blocked(w, mem, ev.engine, row)
 
 

@@ -323,3 +323,48 @@ def test_an_exception_passes_through_the_exact_form_with_a_readable_traceback(ob
     text = "".join(traceback.format_exception(info.value))
     assert "_oe_result = _oe_original(" in text          # the hook's own line, from linecache
     assert 'raise ValueError("preflight")' in text       # and the engine's
+
+
+@pytest.mark.parametrize("traces", [True, False])
+def test_the_exact_form_with_a_full_queue_calls_through_and_counts_each_loss(traces):
+    """The exact form checks the queue's bound before the call (issue 28): with the queue full, the
+    call still goes to the inner, returns its very object, lets its exception through unchanged, and
+    each lost event is counted; nothing is queued past the bound."""
+    import observed_engine.api
+    from observed_engine import Registry, observe
+
+    registry = Registry()
+    engine = observe(ShapesEngine(), settings={"store": False, "traces": traces, "queue_size": 3}, registry=registry)
+    assert is_exact(engine, "should_compress") and is_exact(engine, "update_from_response")
+    recorder = observed_engine.api.pipeline_of(engine).recorder
+    release, taken = threading.Event(), threading.Event()
+    process = recorder._process_batch
+
+    def held(batch):               # the worker takes the first event, then waits
+        taken.set()
+        release.wait(10)
+        process(batch)
+
+    recorder._process_batch = held
+    try:
+        engine.should_compress(1)
+        recorder._wake.set()
+        assert taken.wait(10)
+        for _ in range(3):
+            engine.should_compress(2)
+        assert len(recorder.queue) == 3 and recorder.dropped == 0
+        extra = []
+        assert engine.should_compress(7, extra) is False and extra == [1]
+        usage = {"prompt_tokens": 9}
+        assert engine.update_from_response(usage) is None
+        with pytest.raises(ValueError, match="preflight") as info:
+            engine.should_compress_preflight("raise")
+        assert type(info.value) is ValueError
+        # three hook events lost, and the wake-up the first loss sends the worker (pipeline._wake_worker),
+        # which finds the queue full too and is counted with them
+        assert len(recorder.queue) == 3 and recorder.dropped == 3 + 1
+        assert engine.seen[-3:-1] == [("should_compress", 7, extra), ("update_from_response", usage, SENTINEL)]
+    finally:
+        release.set()
+        recorder._process_batch = process
+        registry.shutdown(5.0)

@@ -20,7 +20,7 @@ from support.paths import REPO
 import observed_engine
 from observed_engine import Registry, observe
 from observed_engine.contract import catalogue, hooks, vocabulary
-from observed_engine.contract.events import CompressCapture, HookEvent
+from observed_engine.contract.events import STATE_FIELDS, CompressCapture, HookEvent, event_state
 from observed_engine.worker import usage
 from observed_engine.worker.handlers import HANDLERS, USAGE_COLUMNS
 
@@ -96,16 +96,23 @@ def test_every_hook_form_builds_a_hook_event_tuple(captured):
     assert [hooks.HOOK_SPECS[e[0]].name for e in events] == [
         "should_compress", "get_status", "update_from_response", "on_session_start", "compress",
         "handle_tool_call", "select_context", "clone_for_agent"]
+    n = len(HookEvent._fields)
     for raw_event in events:
-        assert type(raw_event) is tuple and len(raw_event) == len(HookEvent._fields)
-        ev = HookEvent._make(raw_event)
+        # the exact leaf form of a reads_state hook appends the three STATE_FIELDS after the ten
+        # fields (one tuple fewer on the host's thread); every other event has exactly the ten
+        spec = hooks.HOOK_SPECS[raw_event[0]]
+        expected = n + len(STATE_FIELDS) if spec.reads_state and spec.leaf else n
+        assert type(raw_event) is tuple and len(raw_event) == expected, spec.name
+        ev = HookEvent._make(raw_event[:n])
         assert ev.engine is engine
         assert isinstance(ev.t0, int) and isinstance(ev.t1, int) and ev.t0 <= ev.t1
         assert ev.exc is None and type(ev.args) is tuple
-    by_hook = {hooks.HOOK_SPECS[e[0]].name: HookEvent._make(e) for e in events}
+    by_hook = {hooks.HOOK_SPECS[e[0]].name: HookEvent._make(e[:n]) for e in events}
+    raw_by_hook = {hooks.HOOK_SPECS[e[0]].name: e for e in events}
     assert by_hook["should_compress"].args == (5,) and by_hook["should_compress"].result is False
     assert by_hook["get_status"].args == ("x",) and dict(by_hook["get_status"].kwargs) == {"detail": True}
-    assert by_hook["update_from_response"].extra[0] == 42        # STATE_FIELDS, copied right after the call
+    assert by_hook["update_from_response"].extra is None
+    assert event_state(raw_by_hook["update_from_response"])[0] == 42   # STATE_FIELDS, copied right after the call
     assert dict(by_hook["on_session_start"].kwargs) == {"platform": "cli"}
     compress = by_hook["compress"]
     assert isinstance(compress.extra, CompressCapture)
