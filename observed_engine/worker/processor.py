@@ -25,7 +25,6 @@ from ..contract.events import DEADLINE_EXCEEDED, ENGINE_META_ATTRIBUTE, Deadline
 from ..contract.hooks import HOOK_SPECS, LIVE_SPAN_KINDS
 from ..contract.identifiers import identifier
 from ..contract.store_schema import row_from
-from ..tokens.counter import take_estimated
 from .handlers import HANDLERS
 from .histograms import HistogramBatch
 from .memory import EngineMemory
@@ -238,19 +237,6 @@ class EventProcessor:
         except (TypeError, ValueError, OverflowError):   # e.g. an engine's float('inf') window
             pass
 
-    def _estimated_in_delivery(self, row: Dict[str, Any], attrs: Dict[str, Any]) -> None:
-        """A session end was waiting and the token-counting helper had not answered by its deadline
-        (tokens.helper.hurry): the counts of this call are the estimate, and its row and span say so."""
-        row["tokenizer"] = v.TOKENIZER_ESTIMATE
-        if a.TOKENIZER in attrs:
-            attrs[a.TOKENIZER] = v.TOKENIZER_ESTIMATE
-        self.pipeline.count_error("tokenizer")
-        self.log_once(("tokenizer", "hurried"),
-                      "observed-engine: the token-counting helper process had not answered when a session "
-                      "end delivered what was queued (a busy machine: it runs at the lowest CPU priority); "
-                      "the counts of that call are estimates (tokenizer='estimate' in its row and span). "
-                      "Counted in hermes_context_engine_telemetry_errors_total{component='tokenizer'}")
-
     # -- our own failures ------------------------------------------------------------------
 
     def _telemetry_failed(self, component: str, exc: Optional[BaseException]) -> None:
@@ -296,8 +282,6 @@ class EventProcessor:
         handler = HANDLERS.get(hook)
         if handler is not None:
             handler(self, mem, label, ev, row, attrs)
-            if "tokenizer" in row and take_estimated():
-                self._estimated_in_delivery(row, attrs)
         if mem.tokens is None and hook == "update_from_response":
             self._prewarm_tokens(mem, row)
 
