@@ -245,6 +245,15 @@ METRICS: Tuple[MetricSpec, ...] = (
         ("engine", "hook", "kind"), "Odd input the wrapper could not fully interpret (logged once per kind); the host's call went through unchanged.",
     ),
     MetricSpec(
+        "token_estimates", "hermes.context_engine.token_estimates",
+        "hermes_context_engine_token_estimates_total", COUNTER, "{call}",
+        ("engine", "reason"),
+        "Calls whose token counts are the estimate (ceil(chars/4)) although a tiktoken encoding is "
+        "configured: helper_busy, a session end delivered what was queued before the token-counting "
+        "helper (lowest CPU priority) answered. Their rows and spans say tokenizer='estimate'.",
+        label_values={"reason": _vocab.ESTIMATE_REASONS},
+    ),
+    MetricSpec(
         "telemetry_errors", "hermes.context_engine.telemetry_errors",
         "hermes_context_engine_telemetry_errors_total", COUNTER, "{error}",
         ("component",), "The wrapper's own failures, swallowed.",

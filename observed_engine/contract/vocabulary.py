@@ -157,6 +157,9 @@ BUILTIN_ENGINE = "compressor"
 # -- tokenizer ------------------------------------------------------------------------------
 TOKENIZER_ESTIMATE = "estimate"      # counts are a labelled estimate (no tiktoken encoding)
 TOKENIZER_TIKTOKEN_PREFIX = "tiktoken:"
+# token_estimates{reason}: why a call's counts are the estimate although an encoding is configured
+ESTIMATE_HELPER_BUSY = "helper_busy"   # a session end's delivery did not wait for the counting helper
+ESTIMATE_REASONS: Tuple[str, ...] = (ESTIMATE_HELPER_BUSY,)
 # tokens/ writes these two words itself (it imports nothing outside the package, by test);
 # tests/tokens/test_tokens.py::test_methods_are_the_vocabulary_words ties them to these.
 

@@ -28,6 +28,7 @@ from ..contract.identifiers import identifier
 from ..contract.vocabulary import BLOCKED_REASONS, DROP_EVENT, DROP_SPAN, DROP_STORE_ROW
 from ..failsafe import swallowed
 from ..settings import DEFAULT_COMPRESS_TIMEOUT, Settings
+from ..tokens import helper as token_helper
 from ..version import __version__
 from ..worker import EventProcessor
 from ..worker.state import backing_value, blocked_reasons, static_class_value
@@ -329,7 +330,11 @@ class Pipeline:
         def left() -> float:
             return max(0.0, deadline - time.monotonic())
 
-        ok = self.recorder.flush(left())
+        # The worker gives up waiting for the token-counting helper half-way through the budget (that
+        # call's counts are then estimated and labelled so), leaving the rest for the store and exporters:
+        # on a busy machine the helper, at the lowest CPU priority, may get no CPU for seconds.
+        with token_helper.hurry(time.monotonic() + budget / 2):
+            ok = self.recorder.flush(left())
         # What is known not to be deliverable now is not waited for: a store whose last batch failed
         # (locked, read-only, full: the rows are held and retried by the writer), one that did not
         # finish within an earlier budget and has written nothing since, an exporter whose last export

@@ -53,6 +53,10 @@ __all__ = ["TokenCounter", "choose_encoding", "counter_for", "estimate_tokens", 
 _WARN_LOCK = threading.Lock()
 _warned = False
 
+# Per thread: batches estimated because the helper did not answer before a delivery's deadline
+# (helper.hurry), since the caller last took the number (take_estimated()).
+_HURRIED = threading.local()
+
 # counter_for(): resolved encoding name ("o200k_base", ..., "estimate") -> the shared counter.
 _SHARED_LOCK = threading.Lock()
 _SHARED: dict[str, TokenCounter] = {}
@@ -318,6 +322,11 @@ class TokenCounter:
         if count_batch is not None:     # a helper process
             try:
                 return count_batch(texts)
+            except helper_process.HelperBusy:
+                # a session end is waiting and the helper (lowest CPU priority) has not answered: this
+                # batch is estimated, not cached, and said (take_estimated); the helper goes on
+                _HURRIED.n = getattr(_HURRIED, "n", 0) + 1
+                return [estimate_tokens(text) for text in texts]
             except Exception as exc:
                 return self._encode_lens(self._without_helper(state, exc), texts)
         out = []
@@ -382,9 +391,13 @@ class TokenCounter:
             else:
                 known[text] = n
         if missing:
-            for text, n in zip(missing, self._encode_lens(state, missing)):
+            hurried = getattr(_HURRIED, "n", 0)
+            counts = self._encode_lens(state, missing)
+            exact = getattr(_HURRIED, "n", 0) == hurried
+            for text, n in zip(missing, counts):
                 known[text] = n
-                cache.put(text, n)
+                if exact:
+                    cache.put(text, n)
         return sum(known[text] for text in texts if text)
 
     def count_message(self, message: Any) -> int:
@@ -425,6 +438,15 @@ class TokenCounter:
 
 
 # --------------------------------------------------------------------------- shared counters
+
+
+def take_estimated() -> int:
+    """How many batches this thread's counters estimated (``ceil(chars/4)``) since the last call,
+    because the helper did not answer before a delivery's deadline (:class:`.helper.hurry`); resets it."""
+    n = getattr(_HURRIED, "n", 0)
+    if n:
+        _HURRIED.n = 0
+    return n
 
 
 def resolve_encoding_name(tokenizer: str, model: str | None) -> str:

@@ -12,7 +12,9 @@ waits on a pipe, without the GIL).
 It is started only when tiktoken counting is needed, one per encoding per process, and ends when
 its standard input closes (this process closed it, exited or died). A helper that cannot start,
 says ``ERR``, dies or does not answer within :data:`TIMEOUT_S` raises :class:`HelperFailed`; the
-counter then loads the encoding in this process as before (see ``counter.py``).
+counter then loads the encoding in this process as before (see ``counter.py``). While a session end
+delivers what is queued (:class:`hurry`), a wait for the helper ends at the delivery's deadline with
+:class:`HelperBusy` instead: that batch is estimated (and labelled so), and the helper goes on.
 ``OBSERVED_TOKENIZER_PROCESS=0`` keeps every encoding in-process, as do a non-POSIX system and a
 frozen application (whose ``sys.executable`` is not a plain Python).
 """
@@ -27,11 +29,12 @@ import struct
 import subprocess
 import sys
 import threading
+import time
 from typing import Dict, List
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["HelperEncoder", "HelperFailed", "enabled", "helper_for", "running"]
+__all__ = ["HelperBusy", "HelperEncoder", "HelperFailed", "enabled", "helper_for", "hurry", "running"]
 
 _SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_helper_main.py")
 TIMEOUT_S = 60.0          # for the helper to load its encoding, and for any one reply
@@ -39,6 +42,46 @@ _U32 = struct.Struct("<I")
 
 _LOCK = threading.Lock()
 _HELPERS: Dict[str, HelperEncoder] = {}
+
+# Deliveries under way (a session end waiting for what is queued): token -> the monotonic time past
+# which no wait for a helper goes on. The helper runs at the lowest CPU priority; on a busy machine it
+# may not have loaded its encoding (or answered) by then, and the session end, after which the host
+# may end the process (``hermes -z``), must not wait for it: the counter then estimates that batch.
+_HURRY_LOCK = threading.Lock()
+_HURRY: Dict[int, float] = {}
+_SLICE_S = 0.02           # how often a wait for the helper looks at _HURRY
+
+
+class hurry:
+    """``with hurry(give_up_at):`` -- while it lasts, a wait for any helper ends at ``give_up_at``
+    (monotonic) with :class:`HelperBusy`. Nests and overlaps (the earliest wins)."""
+
+    def __init__(self, give_up_at: float) -> None:
+        self.give_up_at = give_up_at
+
+    def __enter__(self) -> hurry:
+        with _HURRY_LOCK:
+            _HURRY[id(self)] = self.give_up_at
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        with _HURRY_LOCK:
+            _HURRY.pop(id(self), None)
+
+
+def _give_up_at() -> float | None:
+    hurries = _HURRY
+    if not hurries:
+        return None
+    try:
+        return min(hurries.values())
+    except ValueError:      # emptied meanwhile
+        return None
+
+
+class HelperBusy(RuntimeError):
+    """The helper did not answer before a delivery's deadline (:class:`hurry`). Nothing failed: the
+    helper goes on, and an answer it still owes is read and discarded before the next batch."""
 
 
 class HelperFailed(RuntimeError):
@@ -76,6 +119,8 @@ class HelperEncoder:
         self._failed: str | None = None
         self._inherited = False
         self._ready = False
+        self._ready_line = b""
+        self._owed = 0            # reply bytes of a batch abandoned under hurry(), read before the next
         self._proc = subprocess.Popen(
             [sys.executable, "-I", "-S", _SCRIPT], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL, env=env, close_fds=True, start_new_session=True, bufsize=0,
@@ -102,28 +147,45 @@ class HelperEncoder:
                 self._fail(f"helper gone ({exc})")
             view = view[n:]
 
-    def _read(self, n: int) -> bytes:
+    def _readable(self, fd: int) -> None:
+        """Wait until ``fd`` is readable: HelperFailed after TIMEOUT_S, HelperBusy once a delivery's
+        deadline (:class:`hurry`) has passed."""
+        clock = time.monotonic
+        end = clock() + TIMEOUT_S
+        while True:
+            give_up = _give_up_at()
+            now = clock()
+            if give_up is not None and now >= give_up:
+                raise HelperBusy("the token-counting helper did not answer before the delivery deadline")
+            wait = end - now
+            if wait <= 0:
+                self._fail("timed out waiting for the helper")
+            readable, _, _ = select.select([fd], [], [], min(wait, _SLICE_S))
+            if readable:
+                return
+
+    def _read(self, n: int, owed: bool = False) -> bytes:
+        """``n`` bytes of the reply (``owed``: of an abandoned one, counted down in ``_owed``)."""
         fd = self._proc.stdout.fileno()
         chunks: List[bytes] = []
         while n:
-            readable, _, _ = select.select([fd], [], [], TIMEOUT_S)
-            if not readable:
-                self._fail("timed out waiting for the helper")
+            self._readable(fd)
             chunk = os.read(fd, min(n, 1 << 20))
             if not chunk:
                 self._fail("the helper ended")
             chunks.append(chunk)
             n -= len(chunk)
+            if owed:
+                self._owed -= len(chunk)
         return b"".join(chunks)
 
     def _wait_ready(self) -> None:
         if self._ready:
             return
-        line = b""
-        while not line.endswith(b"\n") and len(line) < 4096:
-            line += self._read(1)
-        if line != b"OK\n":
-            self._fail(line.decode("utf-8", "replace").strip())
+        while not self._ready_line.endswith(b"\n") and len(self._ready_line) < 4096:
+            self._ready_line += self._read(1)     # kept across a HelperBusy: nothing is lost
+        if self._ready_line != b"OK\n":
+            self._fail(self._ready_line.decode("utf-8", "replace").strip())
         self._ready = True
 
     def _fail(self, reason: str) -> None:
@@ -144,6 +206,8 @@ class HelperEncoder:
             if self._failed is not None:
                 self._raise_failed()
             self._wait_ready()
+            if self._owed:
+                self._read(self._owed, owed=True)     # the answer to a batch abandoned under hurry()
             if not texts:
                 return []
             parts = [_U32.pack(len(texts))]
@@ -152,7 +216,8 @@ class HelperEncoder:
                 parts.append(_U32.pack(len(data)))
                 parts.append(data)
             self._write(b"".join(parts))
-            return list(struct.unpack(f"<{len(texts)}I", self._read(4 * len(texts))))
+            self._owed = 4 * len(texts)
+            return list(struct.unpack(f"<{len(texts)}I", self._read(self._owed, owed=True)))
 
     def close(self) -> None:
         """End the helper (it exits at end-of-file on its input); does not wait."""

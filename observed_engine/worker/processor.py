@@ -25,6 +25,7 @@ from ..contract.events import DEADLINE_EXCEEDED, ENGINE_META_ATTRIBUTE, Deadline
 from ..contract.hooks import HOOK_SPECS, LIVE_SPAN_KINDS
 from ..contract.identifiers import identifier
 from ..contract.store_schema import row_from
+from ..tokens.counter import take_estimated
 from .handlers import HANDLERS
 from .histograms import HistogramBatch
 from .memory import EngineMemory
@@ -237,6 +238,20 @@ class EventProcessor:
         except (TypeError, ValueError, OverflowError):   # e.g. an engine's float('inf') window
             pass
 
+    def _estimated_in_delivery(self, label: str, row: Dict[str, Any], attrs: Dict[str, Any]) -> None:
+        """A session end was waiting and the token-counting helper had not answered by its deadline
+        (tokens.helper.hurry): the counts of this call are the estimate, and its row and span say so.
+        Not an error of ours (nothing failed; a busy machine gave the helper no CPU): counted apart."""
+        row["tokenizer"] = v.TOKENIZER_ESTIMATE
+        if a.TOKENIZER in attrs:
+            attrs[a.TOKENIZER] = v.TOKENIZER_ESTIMATE
+        self.count("token_estimates", engine=label, reason=v.ESTIMATE_HELPER_BUSY)
+        self.log_once(("tokenizer", "hurried"),
+                      "observed-engine: the token-counting helper process had not answered when a session "
+                      "end delivered what was queued (a busy machine: it runs at the lowest CPU priority); "
+                      "the counts of that call are estimates (tokenizer='estimate' in its row and span). "
+                      "Counted in hermes_context_engine_token_estimates_total{reason='helper_busy'}")
+
     # -- our own failures ------------------------------------------------------------------
 
     def _telemetry_failed(self, component: str, exc: Optional[BaseException]) -> None:
@@ -282,6 +297,8 @@ class EventProcessor:
         handler = HANDLERS.get(hook)
         if handler is not None:
             handler(self, mem, label, ev, row, attrs)
+            if "tokenizer" in row and take_estimated():
+                self._estimated_in_delivery(label, row, attrs)
         if mem.tokens is None and hook == "update_from_response":
             self._prewarm_tokens(mem, row)
 

@@ -234,6 +234,63 @@ def test_one_shot_exit_after_on_session_end_loses_nothing(tmp_path):
     assert took < 30
 
 
+STARVED_ONE_SHOT = r'''
+import os, signal, sys, time
+sys.path.insert(0, {tests!r})
+from observed_engine import observe
+from observed_engine.tokens import counter_for, helper
+from support.engines import NarrowEngine, agent_transcript as transcript
+engine = observe(NarrowEngine(), settings={{
+    "store": {{"path": {store!r}}},
+    "otlp": {{"enabled": True, "protocol": "http/protobuf", "endpoint": {endpoint!r}}}}})
+counter_for("auto", None)                     # the worker's counter: its helper process is started
+(pid,) = [h.pid for h in helper._HELPERS.values()]
+print(pid, flush=True)
+os.kill(pid, signal.SIGSTOP)                  # what a busy machine does to an idle-class process
+engine.on_session_start("one-shot", platform="cli")
+engine.update_from_response({{"prompt_tokens": 1234, "completion_tokens": 5}})
+engine.compress(transcript(10))
+t0 = time.monotonic()
+engine.on_session_end("one-shot", [])
+print(time.monotonic() - t0, flush=True)
+os._exit(0)
+'''
+
+
+def test_a_one_shot_loses_nothing_while_the_token_helper_gets_no_cpu(tmp_path):
+    """Under load the token-counting helper (idle scheduling class) got no CPU: the worker waited for
+    its counts through the whole delivery budget of on_session_end, and a one-shot's os._exit() lost
+    the compress and on_session_end rows and spans. The helper is stopped here (SIGSTOP), which is
+    starvation made certain; the counts of that call are then the labelled estimate."""
+    import signal
+    import subprocess
+    import sys
+
+    store = tmp_path / "starved.sqlite"
+    with OtlpReceiver(grpc_enabled=False) as receiver:
+        code = STARVED_ONE_SHOT.format(tests=str(TESTS), store=str(store),
+                                       endpoint=receiver.http_endpoint)
+        proc = subprocess.run([sys.executable, "-c", code], check=True, timeout=60, stdout=subprocess.PIPE,
+                              text=True)
+        helper_pid, took = proc.stdout.split()
+        try:
+            os.kill(int(helper_pid), signal.SIGKILL)       # stopped, it would never read its end-of-file
+        except ProcessLookupError:
+            pass
+        spans = receiver.span_names()
+        estimates = receiver.metrics_named("hermes.context_engine.token_estimates")
+    rows = sqlite3.connect(str(store)).execute("SELECT hook, tokenizer, tokens_before FROM events ORDER BY id")
+    rows = list(rows)
+    assert [r[0] for r in rows] == ["on_session_start", "update_from_response", "compress", "on_session_end"]
+    assert rows[2][1] == "estimate" and rows[2][2] > 0       # said, and counted the estimate's way
+    assert {"context_engine.update_from_response", "context_engine.compress",
+            "context_engine.on_session_end"} <= spans
+    assert float(took) < 1.5            # the delivery budget (1 s), not the helper's 60 s timeout
+    points = [p for m in estimates for p in m.points]
+    assert points and points[-1].attributes == {"engine": "narrow", "reason": "helper_busy"}
+    assert points[-1].value == 1        # counted apart: nothing of ours failed
+
+
 def test_what_an_exit_cannot_deliver_is_said(store_path, caplog):
     engine = observe(NarrowEngine(), settings={"store": {"path": str(store_path)}})
     engine.should_compress(1)
