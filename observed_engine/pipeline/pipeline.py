@@ -156,12 +156,12 @@ class Pipeline:
         Errors of the exporter and store threads often come when the engine is
         idle (an export after the last hook); without an event in the queue the
         worker would hold them until the next hook call. One no-op event per
-        publication round (the flag); if the queue is full the drop is counted
-        without recursing here, and the full queue wakes the worker anyway.
+        publication round (the flag); with the queue full none is queued (and
+        none counted as a lost event): the full queue wakes the worker anyway.
         """
         recorder = getattr(self, "recorder", None)     # None while building providers
         if recorder is not None and recorder.enabled:
-            recorder.push(PUBLISH_ERRORS)
+            recorder.push_wake_up(PUBLISH_ERRORS)
 
     def take_pending_errors(self) -> Tuple[Dict[str, int], Dict[str, int]]:
         with self._error_lock:

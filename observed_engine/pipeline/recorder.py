@@ -200,6 +200,14 @@ class Recorder:
         else:
             self.note_dropped()
 
+    def push_wake_up(self, event: tuple) -> None:
+        """Queue a no-op event that has the worker run (e.g. publish pending counts). With the
+        queue full nothing is queued and nothing counted as lost: a full queue wakes the worker
+        anyway, and only hook events count in telemetry_dropped{signal="event"}."""
+        if len(self.queue) < self.capacity:
+            self.queue.append(event)
+        self._wake.set()
+
     def note_dropped(self) -> None:
         with self._drop_lock:
             self.dropped += 1
