@@ -29,7 +29,8 @@ if [ -n "$HERMES_VERSIONS" ]; then
     OBSERVED_HERMES_VERSION="$v" ROOT="$ROOT" setsid -w bash -c '
       bash "$ROOT/scripts/setup_hermes_versions.sh" "$OBSERVED_HERMES_VERSION" || exit 1
       exec "$ROOT/.venv-hermes-$OBSERVED_HERMES_VERSION/bin/python" -m pytest -q -p no:cacheprovider \
-        --junitxml="test-artifacts/junit-hermes-$OBSERVED_HERMES_VERSION.xml" tests/hermes_versions
+        --junitxml="test-artifacts/junit-hermes-$OBSERVED_HERMES_VERSION.xml" tests/hermes_versions \
+        tests/compare/test_replay_logs.py
     ' >"test-artifacts/hermes-$v.log" 2>&1 &
     version_pids+=($!)
     version_names+=("$v")

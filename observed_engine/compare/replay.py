@@ -260,13 +260,16 @@ def _engine_settings(inner: Any) -> Dict[str, Any]:
 
 def replay(conv: Conversation, engine: str | Variant, *, user_config: Dict[str, Any], context_length: int,
            summary: str = "offline", usage: str = "tiktoken", toolsets: Optional[Mapping[str, Any]] = None,
-           server: Optional[ReplayServer] = None) -> Dict[str, Any]:
+           server: Optional[ReplayServer] = None, tool_delay: float = 0.0) -> Dict[str, Any]:
     """Replay ``conv`` through ``engine`` (an engine name or a :class:`Variant`); the raw result
     (rows, requests, turns, errors).
 
     ``toolsets``: ``{"enabled": [...], "disabled": [...], "schemas": [...]}`` for the agent
     (default: what ``user_config`` enables for the CLI; ``schemas``, when given, replace the ones
-    the agent builds: see ``fidelity``); ``server``: a running replay LLM to reuse (reset here).
+    the agent builds: see ``fidelity``); ``server``: a running replay LLM to reuse (reset here);
+    ``tool_delay``: the agent's pause between the tool calls of one reply (Hermes up to 0.19
+    sleeps a second there by default; a replay answers with recorded results, so it waits for
+    nothing: the pause only makes a sweep slower and changes no request).
     Raises :class:`EngineUnavailable` when the host cannot load the engine; any other
     exception of the host (an engine that raises into it) ends the replay and is reported in
     ``error`` with what was measured until then."""
@@ -299,15 +302,16 @@ def replay(conv: Conversation, engine: str | Variant, *, user_config: Dict[str, 
             cfg = replay_config(user_config, variant, model=model, base_url=server.base_url,
                                 context_length=context_length, summary=summary, env=env)
             (home / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-            with _hermes_home(home), _environment(env), _summariser(offline, server.count_text) as meter, \
-                    redirect_stdout(io.StringIO()):
+            with _hermes_home(home), host.replay_logs(home), _environment(env), \
+                    _summariser(offline, server.count_text) as meter, redirect_stdout(io.StringIO()):
                 agent = host.ai_agent_class()(
                     base_url=server.base_url, api_key="sk-replay", provider="custom", model=model,
                     quiet_mode=True, skip_context_files=True, skip_memory=True,
                     enabled_toolsets=list(toolsets.get("enabled") or []),
                     disabled_toolsets=list(toolsets.get("disabled") or []) or None,
                     max_iterations=max([len(t["replies"]) for t in turns] + [1]) + 2,
-                    save_trajectories=False, session_db=host.session_db(home / "state.db"))
+                    save_trajectories=False, session_db=host.session_db(home / "state.db"),
+                    tool_delay=tool_delay)
                 inner = agent.context_compressor
                 loaded = getattr(inner, "name", None)
                 if engine == BUILTIN:

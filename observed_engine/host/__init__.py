@@ -79,6 +79,7 @@ from .replay import (  # noqa: F401
     AGENT_INLINE_TOOLS,
     compaction_summary_body,
     configured_toolsets,
+    replay_logs,
     replay_tool_results,
     session_db,
     tool_definitions,

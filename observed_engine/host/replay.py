@@ -3,6 +3,7 @@ summary format, recorded tool results answered in place of the tools, toolsets a
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from pathlib import Path
@@ -46,9 +47,9 @@ def replay_tool_results(agent: Any, results: Mapping[str, Any], names) -> Any:
     """A context manager: while it is open, ``agent`` answers every tool call with the recorded
     result for its ``tool_call_id`` (``results``) instead of running the tool. The tool names
     in ``names`` are offered to the model (a minimal schema each) and accepted as valid; file
-    checkpoints before terminal calls are off. Covers both of 0.19.0's dispatch paths: the
-    sequential one (``run_agent.handle_function_call``) and the concurrent one
-    (``agent._invoke_tool``). Raises ImportError without Hermes."""
+    checkpoints before terminal calls are off. Covers both dispatch paths: the sequential one
+    (``run_agent.handle_function_call`` up to 0.20, ``model_tools.handle_function_call`` on
+    0.22) and the concurrent one (``agent._invoke_tool``). Raises ImportError without Hermes."""
     import contextlib
     import json as _json
 
@@ -76,13 +77,20 @@ def replay_tool_results(agent: Any, results: Mapping[str, Any], names) -> Any:
         checkpoints = getattr(agent, "_checkpoint_mgr", None)
         if checkpoints is not None and hasattr(checkpoints, "enabled"):
             checkpoints.enabled = False
-        before = run_agent.handle_function_call
-        run_agent.handle_function_call = answer
+        # The dispatcher the host calls: run_agent's own name up to 0.20, model_tools' on 0.22
+        # (run_agent no longer imports it): each that is there answers with the record.
+        import model_tools
+
+        dispatchers = [m for m in (run_agent, model_tools) if hasattr(m, "handle_function_call")]
+        before = [(m, m.handle_function_call) for m in dispatchers]
+        for m in dispatchers:
+            m.handle_function_call = answer
         agent._invoke_tool = invoke
         try:
             yield
         finally:
-            run_agent.handle_function_call = before
+            for m, fn in before:
+                m.handle_function_call = fn
             agent.__dict__.pop("_invoke_tool", None)
 
     return _cm()
@@ -122,3 +130,73 @@ def use_tool_schemas(agent: Any, schemas: List[Dict[str, Any]]) -> None:
     tools = [dict(s) for s in schemas] + own
     agent.tools = tools
     agent.valid_tool_names = {t.get("function", {}).get("name") for t in tools if t.get("function", {}).get("name")}
+
+
+def _under(path: Any, top: Path) -> bool:
+    try:
+        return Path(str(path)).resolve().is_relative_to(top)
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+@contextlib.contextmanager
+def replay_logs(home: os.PathLike | str):
+    """While open, the agent's file logs go to ``home/logs`` (Hermes' ``setup_logging``
+    reads the home ``run_agent`` fixed at its import, up to 0.20: without this, every replay
+    after the first logs into the first replay's home, deleted by then, or into the operator's
+    real home when Hermes was imported before); on exit the log handlers opened under ``home``
+    are drained, detached and closed, so none outlives the replay home and nothing is written
+    outside it. Both of Hermes' ways are covered: handlers on the root logger (0.16, 0.17)
+    and file handlers behind its log queue (0.18 on). Fails open without Hermes."""
+    top = Path(home).resolve()
+    try:
+        import run_agent
+    except Exception:
+        run_agent = None
+    had = run_agent is not None and hasattr(run_agent, "_hermes_home")
+    before = getattr(run_agent, "_hermes_home", None)
+    if had:
+        run_agent._hermes_home = Path(home)
+    try:
+        yield
+    finally:
+        if had:
+            run_agent._hermes_home = before
+        _close_logs_under(top)
+
+
+def _close_logs_under(top: Path) -> None:
+    closed: List[logging.Handler] = []
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        if _under(getattr(handler, "baseFilename", None), top):
+            root.removeHandler(handler)
+            closed.append(handler)
+    try:
+        import hermes_logging as hl
+    except Exception:
+        hl = None
+    queued = getattr(hl, "_queued_file_handlers", None)
+    lock = getattr(hl, "_queue_state_lock", None)
+    if isinstance(queued, list) and lock is not None:
+        try:
+            with lock:
+                mine = [h for h in queued if _under(getattr(h, "baseFilename", None), top)]
+                if mine:
+                    listener = getattr(hl, "_queue_listener", None)
+                    if listener is not None:
+                        listener.stop()          # writes what is queued, to every handler
+                    queued[:] = [h for h in queued if h not in mine]
+                    if listener is not None and getattr(hl, "_log_queue", None) is not None:
+                        from logging.handlers import QueueListener
+
+                        hl._queue_listener = QueueListener(hl._log_queue, *queued, respect_handler_level=True)
+                        hl._queue_listener.start()
+                    closed.extend(mine)
+        except Exception as exc:   # Hermes' log queue changed shape: its handlers stay as they are
+            logger.warning("replay: could not detach Hermes' log handlers under %s: %s", top, exc)
+    for handler in closed:
+        try:
+            handler.close()
+        except Exception as exc:   # a handler that cannot close: its file goes with the replay home
+            logger.debug("replay: closing log handler %r: %s", handler, exc)

@@ -344,3 +344,39 @@ def test_tool_calls_are_answered_with_the_recorded_results_never_run(tmp_path):
         "Done: the marker is there.", "You are welcome."]
     assert not marker.exists()                       # the recorded result, not the tool
     assert len(raw["requests"]) == 3
+
+
+def _tool_heavy_conversation(home: Path, *, turns: int, calls: int) -> None:
+    """``turns`` turns, each one assistant reply with ``calls`` terminal calls, then an answer."""
+    db = host.session_db(home / "state.db")
+    db.create_session(session_id="tool-heavy", source="cli", model=MODEL)
+    for t in range(turns):
+        db.append_message("tool-heavy", "user", f"step {t}: run the checks")
+        ids = [f"t{t}c{c}" for c in range(calls)]
+        db.append_message("tool-heavy", "assistant", "", tool_calls=[
+            _tool_call(i, "terminal", {"command": f"echo {i}"}) for i in ids])
+        for i in ids:
+            db.append_message("tool-heavy", "tool", f"output of {i}", tool_call_id=i, tool_name="terminal")
+        db.append_message("tool-heavy", "assistant", f"Step {t} checked.")
+    db.close()
+
+
+def test_a_replay_does_not_sleep_between_tool_calls_and_changes_nothing_by_it(tmp_path):
+    """Hermes up to 0.19 pauses ``tool_delay`` (1 s by default) between the tool calls of one
+    reply; a replay answers with recorded results, so the pause is pure wall time: 3 turns of 4
+    calls cost 9 s of sleep before the fix. The replayed history is the recorded one."""
+    from observed_engine.compare.replay import replay
+
+    home = tmp_path / "home"
+    home.mkdir()
+    _tool_heavy_conversation(home, turns=3, calls=4)
+    [conv] = read_conversations(home / "state.db", summary_body=host.compaction_summary_body,
+                                inline_tools=host.AGENT_INLINE_TOOLS)
+    raw = replay(conv, "compressor", user_config={}, context_length=WINDOW, usage="chars")
+    assert raw["error"] is None and raw["divergences"] == [] and raw["turns_done"] == 3, raw
+    assert raw["seconds"] < 3 * 3 * 1.0, raw["seconds"]     # less than the sleeps alone
+    tools = [(m.get("tool_call_id"), m.get("content")) for m in raw["history"] if m.get("role") == "tool"]
+    assert tools == [(f"t{t}c{c}", f"output of t{t}c{c}") for t in range(3) for c in range(4)]
+    assert [m["content"] for m in raw["history"] if m.get("role") == "assistant" and m.get("content")] == [
+        f"Step {t} checked." for t in range(3)]
+    assert len(raw["requests"]) == 6

@@ -1,0 +1,95 @@
+"""Hermes' own file logs during a replay: inside the replay home, gone with it (issue 29).
+
+Hermes up to 0.20 sets its logs up under the home ``run_agent`` fixed when it was imported, so
+without ``host.replay_logs`` every replay after the first logged into the first replay's deleted
+home ("--- Logging error --- FileNotFoundError" on stderr, its ``logs/`` made again in the scratch
+directory and never removed), or into the operator's real home when Hermes was imported before
+the replay (as in a process that built an agent already). scripts/test.sh also runs this file
+on every other Hermes line (0.16–0.17 attach the handlers to the root logger, 0.18 on put them
+behind a log queue, 0.22 reads HERMES_HOME)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from observed_engine import host
+from observed_engine.compare import replay as replay_module
+from observed_engine.compare.sessions import read_conversations
+
+MODEL = "fake-model"
+
+
+def _conversation(home: Path) -> None:
+    db = host.session_db(home / "state.db")
+    db.create_session(session_id="logs", source="cli", model=MODEL)
+    for t in range(2):
+        db.append_message("logs", "user", f"question {t}")
+        db.append_message("logs", "assistant", f"answer {t}")
+    db.close()
+
+
+def _log_files() -> list:
+    files = [getattr(h, "baseFilename", None) for h in logging.getLogger().handlers]
+    try:
+        import hermes_logging
+
+        files += [getattr(h, "baseFilename", None) for h in getattr(hermes_logging, "_queued_file_handlers", [])]
+    except ImportError:
+        pass
+    return [Path(f) for f in files if f]
+
+
+def test_two_replays_log_inside_their_own_homes_and_leave_nothing(tmp_path, monkeypatch, capfd):
+    import run_agent
+
+    operator = tmp_path / "operator-home"          # the home Hermes was imported with
+    operator.mkdir()
+    monkeypatch.setattr(run_agent, "_hermes_home", operator, raising=False)
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv(replay_module.SCRATCH_ENV, str(scratch))
+    recorded = tmp_path / "recorded"
+    recorded.mkdir()
+    _conversation(recorded)
+    [conv] = read_conversations(recorded / "state.db", summary_body=host.compaction_summary_body,
+                                inline_tools=host.AGENT_INLINE_TOOLS)
+
+    seen = []
+    real = host.replay_logs
+
+    def watched(home):
+        cm = real(home)
+
+        class _Watch:
+            def __enter__(self):
+                return cm.__enter__()
+
+            def __exit__(self, *exc):
+                logging.getLogger("observed.test").warning("a line for the replay's own log")
+                seen.append((Path(home), sorted(p.name for p in (Path(home) / "logs").glob("*.log")),
+                             [f for f in _log_files() if f.is_relative_to(Path(home).resolve())]))
+                return cm.__exit__(*exc)
+        return _Watch()
+
+    monkeypatch.setattr(host, "replay_logs", watched)
+    for _ in range(2):
+        raw = replay_module.replay(conv, "compressor", user_config={}, context_length=64_000, usage="chars")
+        assert raw["error"] is None and raw["turns_done"] == 2, raw
+
+    assert len(seen) == 2 and seen[0][0] != seen[1][0]
+    for home, logs, handlers in seen:                # while it ran: Hermes logged into this home
+        assert "agent.log" in logs, (home, logs)
+        assert handlers, home
+    assert not (operator / "logs").exists()          # nothing written in the operator's home
+    assert run_agent._hermes_home == operator        # and Hermes' own value put back
+    assert list(scratch.iterdir()) == []             # nothing left, nothing made again
+    assert not [f for f in _log_files() if f.is_relative_to(scratch.resolve())]
+    logging.getLogger("observed.test").warning("a line after the replays")
+    try:
+        import hermes_logging
+
+        getattr(hermes_logging, "flush_log_queue", lambda: None)()
+    except ImportError:
+        pass
+    assert "Logging error" not in capfd.readouterr().err
