@@ -102,7 +102,7 @@ if [ "$purpose" = test ]; then
   fi
 fi
 
-# -- a wheelhouse for tests/test_fresh_install.py: the package's build requirements and its
+# -- a wheelhouse for tests/e2e/test_fresh_install.py: the package's build requirements and its
 # runtime dependencies as wheels, so that the test builds the package's wheel and installs it into
 # a fresh venv offline (--no-index). Built from the configured index once per pyproject.toml. --
 WHEELHOUSE="${OBSERVED_WHEELHOUSE:-$ROOT/.ci/state/wheelhouse}"

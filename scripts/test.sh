@@ -50,7 +50,7 @@ echo "test.sh: ruff check"
 # browser, demo, replay and load tests: none touches the venv's Hermes or another file's state)
 # in the background, the rest here. With arguments, only what they name runs, in one process.
 # OBSERVED_TEST_GROUPS=1 runs everything in one process.
-GROUP_B=(tests/test_dashboard_browser.py tests/test_dashboard_demo_browser.py tests/demo/test_demo.py
+GROUP_B=(tests/e2e/test_dashboard_browser.py tests/e2e/test_demo_browser.py tests/demo/test_demo.py
          tests/api/test_concurrency_load.py tests/compare/test_compare.py tests/dashboard/test_apptest.py
          tests/dashboard/test_security.py tests/benchmarks/test_benchmarks.py tests/compare/test_tune.py)
 ignores=()

@@ -25,11 +25,11 @@ from agent.context_engine import ContextEngine
 from support.builtin import compressor
 from support.engines import DuckEngine, NarrowEngine
 from support.engines import agent_transcript as transcript
-from test_agent_run import hermes_env, llm  # noqa: F401  (fixtures: a Hermes home, the fake LLM server)
 
 from observed_engine import is_observed
 from observed_engine.capture import observed_meta
 from observed_engine.contract.events import ENGINE_META_ATTRIBUTE
+from tests.e2e.test_agent_run import hermes_env, llm  # noqa: F401  (fixtures: a Hermes home, the fake LLM server)
 
 HOOK_CALLS = "hermes.context_engine.hook.calls"
 
@@ -313,7 +313,7 @@ def test_a_plugin_patch_after_the_agent_is_built_holds_in_a_real_agent_run(herme
     makes the built-in never compress. Both runs must then go the same way: no compaction."""
     import shutil
 
-    from test_agent_run import PLUGIN_SRC, _chat, _make_agent, _write_config
+    from tests.e2e.test_agent_run import PLUGIN_SRC, _chat, _make_agent, _write_config
 
     home, engines = hermes_env
     shutil.copytree(PLUGIN_SRC, engines / "observed")

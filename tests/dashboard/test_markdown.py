@@ -6,7 +6,7 @@ backtick of their own ends), they rendered bold text, links and images -- and th
 fetched the image. Every element that Streamlit renders as Markdown is rendered here with a
 CommonMark renderer: none may hold an image, a link, emphasis or raw HTML from the payload, and
 the payload must read exactly as it is wherever it is shown.
-(tests/test_dashboard_browser.py checks the same in Chromium, Streamlit's own renderer.)
+(tests/e2e/test_dashboard_browser.py checks the same in Chromium, Streamlit's own renderer.)
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 configuration, the metric names they use, and the fleet sizing numbers in the README.
 
 No Docker engine and no network are needed: everything is parsed and cross-checked. The real
-Prometheus tools run in test_alert_rules.py and test_deploy_prometheus.py.
+Prometheus tools run in test_alert_rules.py and e2e/test_prometheus_rules.py.
 """
 
 from __future__ import annotations

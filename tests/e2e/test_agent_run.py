@@ -30,10 +30,10 @@ from observed_engine import (
     plugin as plugin_side,  # register() (re-exported by hermes_plugin) looks build_engine up here
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from support.fake_llm_server import FakeLLMServer
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
 MODEL = "fake-model"
 CONTEXT_LENGTH = 64_000      # Hermes' minimum; threshold 85% = 54,400 tokens

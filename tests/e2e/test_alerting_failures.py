@@ -1,4 +1,4 @@
-"""End to end for the alerts test_alerting_e2e.py does not drive: HermesContextNearWindow,
+"""End to end for the alerts test_alerting.py does not drive: HermesContextNearWindow,
 HermesContextCompressionErrors, HermesContextSummaryFailing and HermesObservedTelemetryErrors.
 
 Real engines wrapped by ``observe()`` export on their own /metrics (127.0.0.1) -> a real Prometheus

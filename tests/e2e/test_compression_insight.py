@@ -26,7 +26,7 @@ from support.store_rows import read_rows
 import observed_engine
 from observed_engine import plugin as plugin_side
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from support.fake_llm_server import FakeLLMServer
 
 MODEL = "fake-model"

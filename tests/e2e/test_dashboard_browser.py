@@ -17,7 +17,7 @@ from typing import Sequence
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "test-artifacts"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -29,7 +29,7 @@ pytestmark = [
                        reason="Debian chromium not installed"),
 ]
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from support.real_feeds import copy_store  # noqa: E402
 from support.servers import ServerProcess  # noqa: E402
 

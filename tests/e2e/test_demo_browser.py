@@ -16,10 +16,9 @@ from urllib.parse import quote
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_dashboard_browser import ARTIFACTS, CHROMIUM, _wait_charts, _wait_tables, page, start_streamlit  # noqa: F401
-
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.demo.test_demo import demo_command, demo_env
+from tests.e2e.test_dashboard_browser import ARTIFACTS, CHROMIUM, _wait_charts, _wait_tables, page, start_streamlit  # noqa: F401
 
 pytestmark = [
     pytest.mark.browser,

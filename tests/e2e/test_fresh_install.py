@@ -31,7 +31,7 @@ import pytest
 
 from observed_engine import version
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 LOCK = REPO / ".venv-hermes.lock"
 WHEELHOUSE = Path(os.environ.get("OBSERVED_WHEELHOUSE") or REPO / ".ci" / "state" / "wheelhouse")   # setup.sh's
 WHEEL_NAME = f"observed_engine-{version.__version__}-py3-none-any.whl"

@@ -33,7 +33,7 @@ import yaml
 from support.deploy import alertmanager_config, panel_exprs
 from support.servers import AlertmanagerServer, PrometheusServer, WebhookReceiver, find_binary, free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROM_DIR = ROOT / "deploy" / "prometheus"
 # Scrape jobs of the shipped config that carry Hermes metrics (the others scrape the stack itself).
 HERMES_JOBS = ("otel-collector", "hermes")
