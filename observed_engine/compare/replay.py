@@ -269,7 +269,8 @@ def replay(conv: Conversation, engine: str | Variant, *, user_config: Dict[str, 
     the agent builds: see ``fidelity``); ``server``: a running replay LLM to reuse (reset here);
     ``tool_delay``: the agent's pause between the tool calls of one reply (Hermes up to 0.19
     sleeps a second there by default; a replay answers with recorded results, so it waits for
-    nothing: the pause only makes a sweep slower and changes no request).
+    nothing: the pause only makes a sweep slower and changes no request; not passed to a host
+    that no longer sleeps there, where it is deprecated).
     Raises :class:`EngineUnavailable` when the host cannot load the engine; any other
     exception of the host (an engine that raises into it) ends the replay and is reported in
     ``error`` with what was measured until then."""
@@ -311,7 +312,7 @@ def replay(conv: Conversation, engine: str | Variant, *, user_config: Dict[str, 
                     disabled_toolsets=list(toolsets.get("disabled") or []) or None,
                     max_iterations=max([len(t["replies"]) for t in turns] + [1]) + 2,
                     save_trajectories=False, session_db=host.session_db(home / "state.db"),
-                    tool_delay=tool_delay)
+                    **host.tool_delay_kwargs(tool_delay))
                 inner = agent.context_compressor
                 loaded = getattr(inner, "name", None)
                 if engine == BUILTIN:

@@ -21,6 +21,7 @@ from .agent_loop import (  # noqa: F401
     add_request_observer,
     ai_agent_class,
     minimum_context_length,
+    tool_delay_kwargs,
 )
 from .building import (  # noqa: F401
     agent_compressor_inputs,

@@ -3,8 +3,9 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
-from typing import Optional
+from typing import Any, Dict, Optional
 
 logger = logging.getLogger(__name__)
 
@@ -14,6 +15,20 @@ def ai_agent_class() -> type:
     from run_agent import AIAgent
 
     return AIAgent
+
+
+def tool_delay_kwargs(delay: float) -> Dict[str, Any]:
+    """The ``AIAgent`` keyword that sets its pause between the tool calls of one reply, as a dict:
+    ``{"tool_delay": delay}`` where the host sleeps there (up to 0.19, default 1 s), ``{}`` where
+    it no longer does (0.20 on: the argument defaults to None, is ignored and, when given, only
+    draws a DeprecationWarning) or has no such argument."""
+    try:
+        param = inspect.signature(ai_agent_class().__init__).parameters.get("tool_delay")
+    except Exception:   # no Hermes, or an __init__ without a signature: pass nothing
+        return {}
+    if param is None or param.default is None:
+        return {}
+    return {"tool_delay": delay}
 
 
 def minimum_context_length() -> Optional[int]:

@@ -146,8 +146,10 @@ def replay_logs(home: os.PathLike | str):
     after the first logs into the first replay's home, deleted by then, or into the operator's
     real home when Hermes was imported before); on exit the log handlers opened under ``home``
     are drained, detached and closed, so none outlives the replay home and nothing is written
-    outside it. Both of Hermes' ways are covered: handlers on the root logger (0.16, 0.17)
-    and file handlers behind its log queue (0.18 on). Fails open without Hermes."""
+    outside it. Hermes' three ways are covered: handlers on the root logger (0.16, 0.17),
+    file handlers behind its log queue (0.18 on), and on 0.22, when the process already logs
+    for another home, the per-home files its routers hold (released through Hermes' own
+    ``release_profile_log_handlers``). Fails open without Hermes."""
     top = Path(home).resolve()
     try:
         import run_agent
@@ -195,6 +197,12 @@ def _close_logs_under(top: Path) -> None:
                     closed.extend(mine)
         except Exception as exc:   # Hermes' log queue changed shape: its handlers stay as they are
             logger.warning("replay: could not detach Hermes' log handlers under %s: %s", top, exc)
+    release = getattr(hl, "release_profile_log_handlers", None)
+    if callable(release):    # 0.22: a second home in one process is routed, its files held by the router
+        try:
+            release(top)
+        except Exception as exc:
+            logger.warning("replay: could not release Hermes' routed log files under %s: %s", top, exc)
     for handler in closed:
         try:
             handler.close()

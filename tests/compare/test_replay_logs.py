@@ -13,6 +13,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import pytest
+
 from observed_engine import host
 from observed_engine.compare import replay as replay_module
 from observed_engine.compare.sessions import read_conversations
@@ -30,17 +32,40 @@ def _conversation(home: Path) -> None:
 
 
 def _log_files() -> list:
+    """Every file a log handler holds open: on the root logger, behind Hermes' log queue, and
+    the per-home files of 0.22's routers (a second home in one process is routed, not given
+    handlers of its own)."""
     files = [getattr(h, "baseFilename", None) for h in logging.getLogger().handlers]
     try:
         import hermes_logging
-
-        files += [getattr(h, "baseFilename", None) for h in getattr(hermes_logging, "_queued_file_handlers", [])]
     except ImportError:
-        pass
+        return [Path(f) for f in files if f]
+    for handler in getattr(hermes_logging, "_queued_file_handlers", []):
+        files.append(getattr(handler, "baseFilename", None))
+        files += [getattr(h, "baseFilename", None) for h in getattr(handler, "_profile_handlers", {}).values()]
     return [Path(f) for f in files if f]
 
 
-def test_two_replays_log_inside_their_own_homes_and_leave_nothing(tmp_path, monkeypatch, capfd):
+@pytest.fixture(params=["first home", "after another home"])
+def process_logs(request, tmp_path):
+    """How the process logs before the replays: not at all, or already for another Hermes home
+    (an earlier agent in the same process; on 0.22 every later home is then routed through the
+    first home's handlers, which hold the replay home's files under their own)."""
+    if request.param == "first home":
+        yield None
+        return
+    hermes_logging = pytest.importorskip("hermes_logging")
+    other = tmp_path / "earlier-home"
+    other.mkdir()
+    with host.replay_logs(other):                # its handlers closed again when the test ends
+        hermes_logging.setup_logging(hermes_home=other, force=True)
+        logging.getLogger("observed.test").warning("a line for the earlier home")
+        yield other
+
+
+# and no deprecated argument passed: 0.20 on ignore ``tool_delay`` and warn when it is given
+@pytest.mark.filterwarnings("error:tool_delay:DeprecationWarning")
+def test_two_replays_log_inside_their_own_homes_and_leave_nothing(tmp_path, monkeypatch, capfd, process_logs):
     import run_agent
 
     operator = tmp_path / "operator-home"          # the home Hermes was imported with
