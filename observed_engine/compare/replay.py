@@ -181,6 +181,14 @@ def replay_config(user_config: Dict[str, Any], engine: str | Variant, *, model: 
         cfg["plugins"] = plugins
         if isinstance(user_config.get(engine), dict):
             cfg[engine] = copy.deepcopy(user_config[engine])
+    # Hermes 0.22 titles a session from inside the agent's turn (earlier lines only from their
+    # CLI and gateway): an auxiliary request to the main endpoint, i.e. the replay LLM, where it
+    # would take a recorded reply. A title is session metadata, never part of what the engine
+    # sees: off in the replay, whatever the user's auxiliary section says.
+    aux = cfg.setdefault("auxiliary", {})
+    if not isinstance(aux.get("title_generation"), dict):
+        aux["title_generation"] = {}
+    aux["title_generation"]["enabled"] = False
     variables = variant.apply(cfg)
     if env is not None:
         env.update(variables)
