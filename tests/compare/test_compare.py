@@ -369,16 +369,23 @@ def test_a_replay_does_not_sleep_between_tool_calls_and_changes_nothing_by_it(tm
     request took a recorded reply before ("turn 2: the agent made 3 requests"). Run on every
     Hermes line by scripts/test.sh. The sleeps are counted, not timed: a loaded machine
     changes no figure here."""
+    import threading
     import time
 
     from observed_engine.compare.replay import replay
 
     real_sleep = time.sleep
     long_sleeps = []
+    # threads that run before the replay are not its own: Hermes' terminal tool keeps a cleanup
+    # thread from an earlier test in this process alive that sleeps 1 s per round
+    replay_thread, earlier = threading.current_thread(), set(threading.enumerate())
 
     def counted(seconds):
-        if seconds >= 0.5:
-            long_sleeps.append(seconds)
+        current = threading.current_thread()
+        if seconds >= 0.5 and (current is replay_thread or current not in earlier):
+            caller = sys._getframe(1)
+            long_sleeps.append((seconds, current.name,
+                                f"{caller.f_code.co_filename}:{caller.f_lineno} {caller.f_code.co_name}"))
         real_sleep(seconds)
 
     monkeypatch.setattr(time, "sleep", counted)
