@@ -22,6 +22,8 @@ import time
 import pytest
 from agent.context_compressor import ContextCompressor
 from agent.context_engine import ContextEngine
+from support import agent_run
+from support.agent_run import PLUGIN_SRC, chat, make_agent, write_config
 from support.builtin import compressor
 from support.engines import DuckEngine, NarrowEngine
 from support.engines import agent_transcript as transcript
@@ -29,7 +31,8 @@ from support.engines import agent_transcript as transcript
 from observed_engine import is_observed
 from observed_engine.capture import observed_meta
 from observed_engine.contract.events import ENGINE_META_ATTRIBUTE
-from tests.e2e.test_agent_run import hermes_env, llm  # noqa: F401  (fixtures: a Hermes home, the fake LLM server)
+
+hermes_env, llm = agent_run.hermes_env, agent_run.llm      # fixtures: a Hermes home, the fake LLM server
 
 HOOK_CALLS = "hermes.context_engine.hook.calls"
 
@@ -307,23 +310,22 @@ def test_copies_stay_observed_beside_pickling(observe_engine, finished_spans):
 
 # -- item 6 through a real AIAgent --------------------------------------------------------------
 
-def test_a_plugin_patch_after_the_agent_is_built_holds_in_a_real_agent_run(hermes_env, llm, monkeypatch):  # noqa: F811
+def test_a_plugin_patch_after_the_agent_is_built_holds_in_a_real_agent_run(hermes_env, llm, monkeypatch):
     """A real Hermes 0.19.0 AIAgent on the bundled route and a bare one (``context.engine:
     compressor``); after both agents (and so the observed engine) are built, a plugin-style patch
     makes the built-in never compress. Both runs must then go the same way: no compaction."""
     import shutil
 
-    from tests.e2e.test_agent_run import PLUGIN_SRC, _chat, _make_agent, _write_config
 
     home, engines = hermes_env
     shutil.copytree(PLUGIN_SRC, engines / "observed")
-    _write_config(home, llm, route="bundled", prometheus_port=None)
-    observed_agent = _make_agent(llm)
+    write_config(home, llm, route="bundled", prometheus_port=None)
+    observed_agent = make_agent(llm)
     assert is_observed(observed_agent.context_compressor)
     config = home / "config.yaml"
     config.write_text(config.read_text(encoding="utf-8").replace("engine: observed", "engine: compressor"),
                       encoding="utf-8")
-    bare_agent = _make_agent(llm)
+    bare_agent = make_agent(llm)
     assert not is_observed(bare_agent.context_compressor)
 
     original = ContextCompressor.should_compress
@@ -335,8 +337,8 @@ def test_a_plugin_patch_after_the_agent_is_built_holds_in_a_real_agent_run(herme
         return False
 
     monkeypatch.setattr(ContextCompressor, "should_compress", never)
-    bare_turns = _chat(bare_agent, llm)
-    observed_turns = _chat(observed_agent, llm)
+    bare_turns = chat(bare_agent, llm)
+    observed_turns = chat(observed_agent, llm)
     assert [t["compressions"] for t in observed_turns] == [t["compressions"] for t in bare_turns] == [0] * len(bare_turns)
     assert [t["messages"] for t in observed_turns] == [t["messages"] for t in bare_turns]
     assert asked.count(True) == asked.count(False) > 0

@@ -19,9 +19,9 @@ import time
 import pandas as pd
 import pytest
 from observed_engine.dashboard.sample_data import scenario_rows
+from support.dashboard_app import app, chart_titles, frames, metrics, run_ok, show, texts, write_store
 
 from observed_engine.contract.store_schema import COLUMNS, make_row
-from tests.dashboard.test_apptest import app, chart_titles, frames, metrics, run_ok, show, texts, write_store
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 

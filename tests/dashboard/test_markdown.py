@@ -16,39 +16,14 @@ import time
 
 import pytest
 from observed_engine.dashboard.sample_data import scenario_rows
+from support.dashboard_app import MARKDOWN, PAYLOAD, FakePrometheus, app, payload_rows, run_ok, show, texts, write_store
 from support.servers import refused_port
-
-from observed_engine.contract.store_schema import make_row
-from tests.dashboard.test_apptest import MARKDOWN, FakePrometheus, app, run_ok, show, texts, write_store
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
-PAYLOAD = "`**bold**` ![x](http://127.0.0.1:9/beacon.png) <img src=x> [link](http://127.0.0.1:9/)"
 BEACON = "127.0.0.1:9"
 TABS = ("Context usage", "Compressions", "select_context", "Alerts & incidents", "Hook latency", "Compare engines")
 
-
-def payload_rows(now: float, name: str = PAYLOAD) -> list:
-    """An engine and a session named ``name``, a hook named ``name`` with captured text, and
-    incidents whose reason is ``name``; the session is the fullest (its id is in a metric's help)."""
-    common = dict(host="h", pid=1, session=name, engine=name)
-    rows = []
-    for i, p in enumerate((40_000, 90_000, 121_000)):
-        rows.append(make_row(ts=now - 300 + 60 * i, hook="update_from_response", event="call", outcome="ok",
-                             duration_s=0.0001, prompt_tokens=p, threshold_tokens=100_000, window_tokens=128_000,
-                             **common))
-    rows += [
-        make_row(ts=now - 200, hook="compress", event="call", outcome="compressed", duration_s=2.0,
-                 tokens_before=95_000, tokens_after=20_000, **common),
-        make_row(ts=now - 190, hook="select_context", event="call", outcome="changed_selection", duration_s=0.01,
-                 cache_lost_tokens=100, **common),
-        make_row(ts=now - 180, hook="select_context", event="fail_open", reason=name, **common),
-        make_row(ts=now - 170, hook="compress", event="deadline_exceeded", reason=name, duration_s=5.0, **common),
-        make_row(ts=now - 160, hook="compress", event="summary_failure", outcome="fallback_summary", reason=name,
-                 duration_s=1.0, **common),
-        make_row(ts=now - 150, hook=name, event="fail_open", reason=name, content=f"text of {name}", **common),
-    ]
-    return rows
 
 
 @pytest.fixture

@@ -13,11 +13,10 @@ import sqlite3
 import pytest
 from observed_engine.dashboard.format import fmt_int, fmt_tokens
 from observed_engine.dashboard.sources import CLONE_COLUMNS, PRUNE_COLUMNS, TURN_COLUMNS
-from support.engines import CANARY, EngineError, agent_transcript
+from support.dashboard_app import app, frame_with, metrics, run_ok, show, texts
+from support.engines import CANARY, EngineError, NewHooksEngine, agent_transcript, prune_big_results
 
 from observed_engine.contract import vocabulary as v
-from tests.dashboard.test_apptest import app, frame_with, metrics, run_ok, show, texts
-from tests.worker.test_new_hooks import NewHooksEngine, _prune_big_results
 
 TURNS = [
     dict(interrupted=False, failed=False, turn_exit_reason="text_response(finish_reason=stop)", api_call_count=3),
@@ -29,7 +28,7 @@ TURNS = [
 
 @pytest.fixture
 def hooks_store(prov, observe_engine, store_path):
-    engine = observe_engine(NewHooksEngine("newer", {"prune_tool_results_only": _prune_big_results}))
+    engine = observe_engine(NewHooksEngine("newer", {"prune_tool_results_only": prune_big_results}))
     for i in range(3):
         engine.prune_tool_results_only(agent_transcript(30, 3000, seed=f"p{i}"), current_tokens=50_000)
     engine.behaviour["prune_tool_results_only"] = lambda messages, current_tokens=None: (messages, 0)

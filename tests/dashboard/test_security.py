@@ -24,8 +24,7 @@ from pathlib import Path
 import pytest
 from observed_engine.dashboard.prom_http import BAD_URL
 from observed_engine.dashboard.sample_data import scenario_rows
-
-from tests.dashboard.test_apptest import (
+from support.dashboard_app import (
     FakePrometheus,
     app,
     markdown_elements,

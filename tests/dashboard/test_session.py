@@ -13,10 +13,10 @@ import time
 from pathlib import Path
 
 import pytest
+from support.dashboard_app import app, chart_specs, frame_with, metrics, run_ok, show, texts, write_store
 
 from observed_engine.contract import vocabulary as v
 from observed_engine.contract.store_schema import COLUMNS, SCHEMA_SQL, demo_store_path, make_row
-from tests.dashboard.test_apptest import app, chart_specs, frame_with, metrics, run_ok, show, texts, write_store
 
 SESSION = "sess-A *bold* [x](http://example.invalid) `tick`"      # markup that must stay text
 OPEN_SESSION = "sess-B"

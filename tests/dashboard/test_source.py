@@ -18,11 +18,11 @@ import yaml
 from observed_engine.dashboard import sources
 from observed_engine.dashboard.prometheus_source import PrometheusSource
 from observed_engine.dashboard.sqlite_source import SQLiteSource
+from support.dashboard_app import write_store
 from support.paths import REPO
 
 from observed_engine.contract import vocabulary
 from observed_engine.contract.store_schema import make_row
-from tests.dashboard.test_apptest import write_store
 
 DASHBOARD = REPO / "dashboard"
 MODULES = sorted(p for p in DASHBOARD.rglob("*.py") if p.name != "sample_data.py")

@@ -17,7 +17,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -26,24 +25,9 @@ from pathlib import Path
 
 import psutil
 import pytest
+from support.demo import demo_command, demo_env
 from support.real_feeds import store_facts
 from support.servers import free_port
-
-
-def demo_command() -> list:
-    script = Path(sys.executable).with_name("observed-engine")
-    if script.exists():
-        return [str(script), "demo"]
-    return [sys.executable, "-m", "observed_engine.demo"]
-
-
-def demo_env(tmp_path: Path) -> dict:
-    env = dict(os.environ, HERMES_HOME=str(tmp_path / "home"), PYTHONUNBUFFERED="1")
-    for var in ("OBSERVED_STORE", "OBSERVED_PROMETHEUS_URL", "OBSERVED_SOURCE", "OTEL_EXPORTER_OTLP_ENDPOINT",
-                "OBSERVED_DEMO_DIR"):
-        env.pop(var, None)
-    return env
-
 
 TRAFFIC = ["--sessions", "3", "--turn-delay", "0.02", "--deadline", "0.5", "--slow-every", "3", "--fail-every", "2",
            "--router-every", "2", "--reply-chars", "60000"]

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import functools
 import shutil
-import sys
 import time
 from pathlib import Path
 
-import pytest
-from support.entry_points import hermes_agent_home, simulate_observed_entry_point
+from support import agent_run
+from support.agent_run import CONTEXT_LENGTH, PLUGIN_SRC, TURNS, chat, make_agent, write_config
+from support.entry_points import simulate_observed_entry_point
 from support.otel import Providers
 from support.servers import free_port, scrape
 from support.store_rows import read_rows
@@ -30,76 +30,7 @@ from observed_engine import (
     plugin as plugin_side,  # register() (re-exported by hermes_plugin) looks build_engine up here
 )
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from support.fake_llm_server import FakeLLMServer
-
-REPO = Path(__file__).resolve().parents[2]
-PLUGIN_SRC = REPO / "plugins" / "context_engine" / "observed"
-MODEL = "fake-model"
-CONTEXT_LENGTH = 64_000      # Hermes' minimum; threshold 85% = 54,400 tokens
-TURNS = 8
-
-
-@pytest.fixture
-def llm():
-    with FakeLLMServer(model=MODEL, context_length=CONTEXT_LENGTH, reply_chars=40_000) as server:
-        yield server
-
-
-@pytest.fixture
-def hermes_env(tmp_path, monkeypatch):
-    with hermes_agent_home(tmp_path, monkeypatch) as env:
-        yield env
-
-
-def _write_config(home: Path, llm: FakeLLMServer, *, route: str, prometheus_port: int | None) -> None:
-    prom = (f"  prometheus:\n    enabled: true\n    host: 127.0.0.1\n    port: {prometheus_port}\n"
-            if prometheus_port else "")
-    plugins = "plugins:\n  enabled:\n    - observed\n" if route == "entrypoint" else ""
-    (home / "config.yaml").write_text(
-        "# test Hermes home\n"
-        "model:\n"
-        f"  default: {MODEL}\n"
-        "  provider: custom\n"
-        f"  base_url: {llm.base_url}\n"
-        f"  context_length: {CONTEXT_LENGTH}\n"
-        "context:\n"
-        "  engine: observed\n"
-        "compression:\n"
-        "  protect_first_n: 1\n"
-        "  protect_last_n: 2\n"
-        f"{plugins}"
-        "observed:\n"
-        "  inner: compressor\n"
-        f"{prom}",
-        encoding="utf-8",
-    )
-
-
-def _make_agent(llm: FakeLLMServer):
-    from run_agent import AIAgent
-
-    return AIAgent(
-        base_url=llm.base_url, api_key="sk-fake", provider="custom", model=MODEL,
-        quiet_mode=True, skip_context_files=True, skip_memory=True, enabled_toolsets=[],
-        max_iterations=4, save_trajectories=False,
-    )
-
-
-def _chat(agent, llm: FakeLLMServer):
-    history = None
-    turns = []
-    for i in range(TURNS):
-        result = agent.run_conversation(f"Question {i + 1}: go on. " + "detail " * 300,
-                                        conversation_history=history)
-        history = result.get("messages")
-        turns.append({
-            "final": result.get("final_response") or "",
-            "messages": len(history or []),
-            "compressions": agent.context_compressor.compression_count,
-            "summaries": len(llm.summary_requests),
-        })
-    return turns
+hermes_env, llm = agent_run.hermes_env, agent_run.llm      # fixtures: a private Hermes home, the fake LLM server
 
 
 def _store_rows(home: Path):
@@ -145,11 +76,11 @@ def test_agent_run_bundled_route(hermes_env, llm):
     home, engines = hermes_env
     shutil.copytree(PLUGIN_SRC, engines / "observed")        # what `install --route bundled` does
     port = free_port()
-    _write_config(home, llm, route="bundled", prometheus_port=port)
+    write_config(home, llm, route="bundled", prometheus_port=port)
 
     started = time.monotonic()
-    agent = _make_agent(llm)
-    turns = _chat(agent, llm)
+    agent = make_agent(llm)
+    turns = chat(agent, llm)
     _assert_run(agent, llm, turns, home)
 
     metrics = scrape(port)
@@ -165,17 +96,17 @@ def test_agent_run_entry_point_route(hermes_env, llm, monkeypatch):
     from SDK providers handed to observe() through the plugin's build_engine."""
     home, _engines = hermes_env
     simulate_observed_entry_point(monkeypatch.setattr)
-    _write_config(home, llm, route="entrypoint", prometheus_port=None)
+    write_config(home, llm, route="entrypoint", prometheus_port=None)
     providers = Providers()
     monkeypatch.setattr(plugin_side, "build_engine", functools.partial(
         plugin_side.build_engine, tracer_provider=providers.tracer_provider, meter_provider=providers.meter_provider))
 
-    agent = _make_agent(llm)
+    agent = make_agent(llm)
     import hermes_cli.plugins as hp
     singleton = hp.get_plugin_context_engine()
     assert singleton is not None and singleton.name == "observed"
     assert agent.context_compressor is not singleton          # the host's per-agent deep copy
-    turns = _chat(agent, llm)
+    turns = chat(agent, llm)
     _assert_run(agent, llm, turns, home)
 
     compress_spans = [s for s in providers.exporter.get_finished_spans() if s.name == "context_engine.compress"]

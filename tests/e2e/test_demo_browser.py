@@ -9,22 +9,22 @@ import os
 import re
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 from urllib.parse import quote
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.demo.test_demo import demo_command, demo_env
-from tests.e2e.test_dashboard_browser import ARTIFACTS, CHROMIUM, _wait_charts, _wait_tables, page, start_streamlit  # noqa: F401
+from support import browser
+from support.browser import ARTIFACTS, CHROMIUM, start_streamlit, wait_charts, wait_tables
+from support.demo import demo_command, demo_env
 
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.skipif(not os.path.exists(CHROMIUM) and not os.environ.get("OBSERVED_REQUIRE_TOOLS"),
                        reason="Debian chromium not installed"),
 ]
+
+page = browser.page          # a fixture
 
 DEMO_SECONDS = 45          # "every view populated within a minute"
 # the demo's defaults (3 sessions, 3 s deadline, every 5th summary slow, every 4th failing), faster turns
@@ -62,7 +62,7 @@ def test_demo_views_in_chromium(demo_store, page, tmp_path, request):  # noqa: F
     url = start_streamlit(tmp_path, request, OBSERVED_STORE=str(demo_store))
     page.goto(url)
     page.get_by_text("Context engine observatory").wait_for(timeout=60_000)
-    _wait_charts(page, 2)
+    wait_charts(page, 2)
     body = page.inner_text("body")
     assert "the data begins" in body                       # a young store: the range is fitted to it
     assert "whole-request estimate" in body
@@ -74,8 +74,8 @@ def test_demo_views_in_chromium(demo_store, page, tmp_path, request):  # noqa: F
         page.get_by_role("tab", name=tab).click()
         page.get_by_text(expect).first.wait_for(timeout=30_000)
         if charts:
-            _wait_charts(page, charts)
-        _wait_tables(page)
+            wait_charts(page, charts)
+        wait_tables(page)
         time.sleep(0.8)
         slug = re.sub(r"[^a-z]+", "-", tab.lower()).strip("-")
         page.screenshot(path=str(ARTIFACTS / f"demo-{slug}.png"), full_page=True)
@@ -85,8 +85,8 @@ def test_demo_views_in_chromium(demo_store, page, tmp_path, request):  # noqa: F
     page.get_by_text("Context engine observatory").wait_for(timeout=60_000)
     page.get_by_role("tab", name="Session timeline").click()
     page.get_by_text("Every hook call and event, in order").wait_for(timeout=30_000)
-    _wait_charts(page, 1)
-    _wait_tables(page)
+    wait_charts(page, 1)
+    wait_tables(page)
     body = page.inner_text("body")
     assert session in body and "Focused on session" in body
     assert "Session" in body and ("ended" in body or "open" in body)

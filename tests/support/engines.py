@@ -21,6 +21,7 @@ support/host.py; bare-vs-observed comparison: support/twins.py.
 
 from __future__ import annotations
 
+import copy
 import json
 import sqlite3
 import threading
@@ -683,3 +684,37 @@ ENGINE_FACTORIES: Dict[str, Callable[[], Any]] = {
     "tooly": ToolEngine,
     "forwarding": forwarding_ledger,
 }
+
+
+class NewHooksEngine(ScriptedEngine):
+    """A ScriptedEngine with the hooks of Hermes 0.20+/0.22 (the 0.19.0 ABC has none of them)."""
+
+    def prune_tool_results_only(self, messages, current_tokens=None):
+        return self._do("prune_tool_results_only", lambda: (messages, 0), messages, current_tokens=current_tokens)
+
+    def on_turn_complete(self, messages, usage=None, **kwargs):
+        return self._do("on_turn_complete", lambda: None, messages, usage=usage, **kwargs)
+
+    def should_compress_info(self, prompt_tokens=None):
+        return self._do("should_compress_info", lambda: (bool(prompt_tokens and prompt_tokens >= self.threshold_tokens),
+                                                         None), prompt_tokens)
+
+    def clone_for_agent(self):
+        return self._do("clone_for_agent", self._copy)
+
+    def _copy(self):
+        # the ABC's default is copy.deepcopy(self); ScriptedEngine holds a lock, which does not copy
+        lock, self._calls_lock = self._calls_lock, None
+        try:
+            clone = copy.deepcopy(self)
+        finally:
+            self._calls_lock = lock
+        clone._calls_lock = threading.Lock()
+        return clone
+
+
+def prune_big_results(messages, current_tokens=None):
+    """What the built-in's prune does: a new list, the old tool results replaced by a one-liner."""
+    out = [dict(m, content="[tool output pruned]") if m.get("role") == "tool" else dict(m)
+           for m in messages[:-4]] + [dict(m) for m in messages[-4:]]
+    return out, sum(1 for m in messages[:-4] if m.get("role") == "tool")

@@ -11,11 +11,10 @@ returns or raises.
 
 from __future__ import annotations
 
-import copy
 import threading
 
 import pytest
-from support.engines import CANARY, EngineError, ScriptedEngine, agent_transcript
+from support.engines import CANARY, EngineError, NewHooksEngine, agent_transcript, prune_big_results
 from support.otel import span_texts
 from support.store_rows import read_rows
 
@@ -36,40 +35,6 @@ CHECKS = BY_KEY["compression_checks"].otel_name
 HOOK_CALLS = BY_KEY["hook_calls"].otel_name
 
 
-class NewHooksEngine(ScriptedEngine):
-    """A ScriptedEngine with the hooks of Hermes 0.20+/0.22 (the 0.19.0 ABC has none of them)."""
-
-    def prune_tool_results_only(self, messages, current_tokens=None):
-        return self._do("prune_tool_results_only", lambda: (messages, 0), messages, current_tokens=current_tokens)
-
-    def on_turn_complete(self, messages, usage=None, **kwargs):
-        return self._do("on_turn_complete", lambda: None, messages, usage=usage, **kwargs)
-
-    def should_compress_info(self, prompt_tokens=None):
-        return self._do("should_compress_info", lambda: (bool(prompt_tokens and prompt_tokens >= self.threshold_tokens),
-                                                         None), prompt_tokens)
-
-    def clone_for_agent(self):
-        return self._do("clone_for_agent", self._copy)
-
-    def _copy(self):
-        # the ABC's default is copy.deepcopy(self); ScriptedEngine holds a lock, which does not copy
-        lock, self._calls_lock = self._calls_lock, None
-        try:
-            clone = copy.deepcopy(self)
-        finally:
-            self._calls_lock = lock
-        clone._calls_lock = threading.Lock()
-        return clone
-
-
-def _prune_big_results(messages, current_tokens=None):
-    """What the built-in's prune does: a new list, the old tool results replaced by a one-liner."""
-    out = [dict(m, content="[tool output pruned]") if m.get("role") == "tool" else dict(m)
-           for m in messages[:-4]] + [dict(m) for m in messages[-4:]]
-    return out, sum(1 for m in messages[:-4] if m.get("role") == "tool")
-
-
 def _one(rows, **match):
     found = [r for r in rows if all(r.get(k) == val for k, val in match.items())]
     assert len(found) == 1, (match, rows)
@@ -85,7 +50,7 @@ def _span(prov, hook):
 # -- prune_tool_results_only ------------------------------------------------------------------
 
 def test_committed_prune_rows_span_and_counters(prov, observe_engine, store_path):
-    engine = observe_engine(NewHooksEngine("pruner", {"prune_tool_results_only": _prune_big_results}))
+    engine = observe_engine(NewHooksEngine("pruner", {"prune_tool_results_only": prune_big_results}))
     messages = agent_transcript(40, 3000, seed="p")          # 5 tool results of ~3,000 chars
     tools = sum(1 for m in messages[:-4] if m["role"] == "tool")
     pruned, n = engine.prune_tool_results_only(messages, current_tokens=90_000)
