@@ -20,15 +20,13 @@ DeadZone 5m: 3 s here); the test asserts the copy differs from the shipped file 
 from __future__ import annotations
 
 import json
-import re
 import time
 
 import pytest
-from agent.conversation_compression import compress_context
 from support.builtin import compressor
-from support.deploy import ALERT_RULES, alertmanager_config
-from support.engines import ScriptedEngine, agent_transcript, transcript
-from support.host import StandInAgent
+from support.deploy import ALERT_RULES, alertmanager_config, assert_only_for_lines_differ, shortened_rules
+from support.engines import ScriptedEngine, transcript
+from support.host import host_compaction, usage
 from support.llm import SUMMARY_TEXT, FakeLLM, ProviderError, install_llm
 from support.servers import (
     ALERTMANAGER_BIN,
@@ -53,46 +51,13 @@ SHORTENED = (BLOCKED, DEAD)
 WAIT_S = 60.0
 
 
-def shortened_rules(shipped: str) -> str:
-    out, alert = [], None
-    for line in shipped.splitlines(keepends=True):
-        named = re.match(r"\s*- alert:\s*(\S+)\s*$", line)
-        if named:
-            alert = named.group(1)
-        hold = re.match(r"(\s+)for:\s*\S+\s*$", line)
-        if hold and alert in SHORTENED:
-            line = f"{hold.group(1)}for: {FOR_SECONDS}s\n"
-        out.append(line)
-    return "".join(out)
-
-
-def usage(prompt: int) -> dict:
-    return {"prompt_tokens": prompt, "completion_tokens": 800, "total_tokens": prompt + 800}
-
-
-def failing_compaction(engine, name: str, prompt: int = 85_000):
-    """The host at ``prompt`` tokens of a 100k window (85 %), the 0.19.0 compress_context(), the
-    summariser answering 401."""
-    agent = StandInAgent(engine, session_id=f"sess-{name}")
-    engine.update_model(model="gpt-4o", context_length=100_000)
-    engine.on_session_start(f"sess-{name}", model="gpt-4o")
-    engine.update_from_response(usage(prompt))
-    assert engine.should_compress(prompt)
-    messages = agent_transcript(80, 1500, seed=name)
-    out, _ = compress_context(agent, messages, "system message", approx_tokens=prompt)
-    return messages, out
-
-
 def test_blocked_thrash_and_dead_zone_alerts_reach_the_webhook(tmp_path, webhook, request, monkeypatch):
     require_binary(PROMETHEUS_BIN)
     require_binary(ALERTMANAGER_BIN)
     shipped = ALERT_RULES.read_text()
     rules = tmp_path / "alerts.yml"
-    rules.write_text(shortened_rules(shipped))
-    old, new = shipped.splitlines(), rules.read_text().splitlines()
-    changed = [i for i, (a, b) in enumerate(zip(old, new)) if a != b]
-    assert len(old) == len(new) and len(changed) == len(SHORTENED)
-    assert all(new[i].strip() == f"for: {FOR_SECONDS}s" for i in changed)
+    rules.write_text(shortened_rules(shipped, SHORTENED, FOR_SECONDS))
+    assert_only_for_lines_differ(shipped, rules.read_text(), SHORTENED, FOR_SECONDS)
 
     am = AlertmanagerServer(tmp_path / "alertmanager", alertmanager_config(webhook.url))
     request.addfinalizer(am.stop)
@@ -149,11 +114,11 @@ def test_blocked_thrash_and_dead_zone_alerts_reach_the_webhook(tmp_path, webhook
     # blocked below the rule's 80 % at every moment: it compresses (and its summariser fails) at 76 %, just
     # over its 75 % threshold. (At 85 %, a scrape between the failed compress() and the next response saw
     # it blocked at 85 % and the rule went pending: a race in the test, seen once under CI load.)
-    messages, out = failing_compaction(roomy, "roomy", prompt=76_000)
+    messages, out = host_compaction(roomy, "roomy", prompt=76_000)
     assert len(out) == len(messages) and vars(roomy)["_last_compress_aborted"]
     roomy.update_from_response(usage(50_000))           # blocked, but half the window is free
     t_blocked = time.monotonic()
-    messages, out = failing_compaction(blocked, "blocked")
+    messages, out = host_compaction(blocked, "blocked")
     assert len(out) == len(messages) and vars(blocked)["_summary_failure_cooldown_until"] > time.monotonic()
     blocked.update_from_response(usage(88_000))         # the next response: still 88 %
     t_thrash = time.monotonic()

@@ -47,11 +47,10 @@ from datetime import datetime
 
 import pytest
 import yaml
-from agent.conversation_compression import compress_context
 from support.builtin import compressor, real_compressor
-from support.deploy import ALERT_RULES, alertmanager_config
-from support.engines import EngineError, RaisingEngine, ScriptedEngine, agent_transcript, transcript
-from support.host import StandInAgent
+from support.deploy import ALERT_RULES, alertmanager_config, assert_only_for_lines_differ, shortened_rules
+from support.engines import EngineError, RaisingEngine, ScriptedEngine, transcript
+from support.host import host_compaction, usage
 from support.llm import SUMMARY_TEXT, FakeLLM, ProviderError, install_llm
 from support.servers import (
     ALERTMANAGER_BIN,
@@ -78,37 +77,6 @@ SUMMARY = "HermesContextSummaryFailing"
 WAIT_S = 60.0
 
 
-# --------------------------------------------------------------------------- the rules under test
-
-def shortened_rules(shipped: str) -> str:
-    """The shipped alerts.yml with the ``for:`` line of the SHORTENED rules set to FOR_SECONDS."""
-    out, alert = [], None
-    for line in shipped.splitlines(keepends=True):
-        named = re.match(r"\s*- alert:\s*(\S+)\s*$", line)
-        if named:
-            alert = named.group(1)
-        hold = re.match(r"(\s+)for:\s*\S+\s*$", line)
-        if hold and alert in SHORTENED:
-            line = f"{hold.group(1)}for: {FOR_SECONDS}s\n"
-        out.append(line)
-    return "".join(out)
-
-
-def assert_only_for_lines_differ(shipped: str, rewritten: str) -> None:
-    old, new = shipped.splitlines(), rewritten.splitlines()
-    assert len(old) == len(new)
-    changed = [i for i, (a, b) in enumerate(zip(old, new)) if a != b]
-    assert len(changed) == len(SHORTENED), changed
-    for i in changed:
-        assert re.fullmatch(r"\s+for:\s*\S+", old[i]) and new[i].strip() == f"for: {FOR_SECONDS}s", (old[i], new[i])
-    old_rules = {r["alert"]: r for g in yaml.safe_load(shipped)["groups"] for r in g["rules"]}
-    new_rules = {r["alert"]: r for g in yaml.safe_load(rewritten)["groups"] for r in g["rules"]}
-    assert old_rules.keys() == new_rules.keys() and set(SHORTENED) <= old_rules.keys()
-    for name, rule in old_rules.items():
-        expected = dict(rule, **{"for": f"{FOR_SECONDS}s"}) if name in SHORTENED else rule
-        assert new_rules[name] == expected, name   # expr, labels, annotations: the shipped ones
-
-
 # --------------------------------------------------------------------------- small helpers
 
 def parse_ts(text: str) -> float:
@@ -117,10 +85,6 @@ def parse_ts(text: str) -> float:
     assert m, text
     base = datetime.fromisoformat(m.group(1) + (m.group(3).replace("Z", "+00:00")))
     return base.timestamp() + float("0." + (m.group(2) or "0"))
-
-
-def usage(prompt: int) -> dict:
-    return {"prompt_tokens": prompt, "completion_tokens": 800, "total_tokens": prompt + 800}
 
 
 def compress_script(*fails: bool):
@@ -142,19 +106,6 @@ def compress_n(engine, n: int, exc_type=RuntimeError) -> None:
             pass
 
 
-def host_compaction(engine, name: str):
-    """What the host does at 85 % of a 100k window: the 0.19.0 compress_context() on 81 messages.
-    85 % is past the compressor's threshold (75 %) and below NearWindow's 90 %."""
-    agent = StandInAgent(engine, session_id=f"sess-{name}")
-    engine.update_model(model="gpt-4o", context_length=100_000)
-    engine.on_session_start(f"sess-{name}", model="gpt-4o")
-    engine.update_from_response(usage(85_000))
-    assert engine.should_compress(85_000)
-    messages = agent_transcript(80, 1500, seed=name)
-    out, _ = compress_context(agent, messages, "system message", approx_tokens=85_000)
-    return messages, out
-
-
 # --------------------------------------------------------------------------- the test
 
 def test_near_window_compression_errors_summary_and_telemetry_errors_reach_the_webhook(tmp_path, webhook, request,
@@ -165,8 +116,8 @@ def test_near_window_compression_errors_summary_and_telemetry_errors_reach_the_w
 
     shipped = ALERT_RULES.read_text()
     rules = tmp_path / "alerts.yml"
-    rules.write_text(shortened_rules(shipped))
-    assert_only_for_lines_differ(shipped, rules.read_text())
+    rules.write_text(shortened_rules(shipped, SHORTENED, FOR_SECONDS))
+    assert_only_for_lines_differ(shipped, rules.read_text(), SHORTENED, FOR_SECONDS)
 
     am = AlertmanagerServer(tmp_path / "alertmanager", alertmanager_config(webhook.url))
     request.addfinalizer(am.stop)

@@ -214,3 +214,24 @@ class StandInAgent:
 
     def _invalidate_system_prompt(self):
         self._cached_system_prompt = None
+
+
+def usage(prompt: int) -> dict:
+    """A provider's usage block for a response to a ``prompt``-token request."""
+    return {"prompt_tokens": prompt, "completion_tokens": 800, "total_tokens": prompt + 800}
+
+
+def host_compaction(engine, name: str, prompt: int = 85_000):
+    """What the host does at ``prompt`` tokens of a 100k window: the real compress_context() on 81
+    messages, after the response that reported ``prompt``. 85 % (the default) is past the built-in's
+    threshold (75 %) and below NearWindow's 90 %. Returns (messages, what compress_context gave)."""
+    from agent.conversation_compression import compress_context
+
+    agent = StandInAgent(engine, session_id=f"sess-{name}")
+    engine.update_model(model="gpt-4o", context_length=100_000)
+    engine.on_session_start(f"sess-{name}", model="gpt-4o")
+    engine.update_from_response(usage(prompt))
+    assert engine.should_compress(prompt)
+    messages = agent_transcript(80, 1500, seed=name)
+    out, _ = compress_context(agent, messages, "system message", approx_tokens=prompt)
+    return messages, out
