@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 from .. import host
-from ..compare import objective, sweep, tune
+from ..compare import objective, sweep, tune, variants
 from . import inputs
 from .errors import CliError
 
@@ -49,7 +49,8 @@ def cmd_tune(args) -> int:
 
 def add_parser(sub, home_help: str) -> None:
     p = sub.add_parser("tune", help="sweep an engine's settings over the recorded conversations and recommend some")
-    p.add_argument("--engine", default="compressor", help="the engine to tune (default compressor, the built-in)")
+    p.add_argument("--engine", default=variants.BUILTIN,
+                   help=f"the engine to tune (default {variants.BUILTIN}, the built-in)")
     p.add_argument("--grid", action="append", metavar="KEY=VALUES",
                    help="a setting and its values: start:stop:step (inclusive) or v1,v2,... (repeatable: the "
                         "grid is every combination). Default for the built-in: threshold and target_ratio")

@@ -30,9 +30,10 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from .. import host
+from ..contract.vocabulary import BUILTIN_ENGINE, PLUGIN_NAME
 
-BUILTIN = "compressor"
-OBSERVED = "observed"
+BUILTIN = BUILTIN_ENGINE      # Hermes' own ContextCompressor, configured by compression.*
+OBSERVED = PLUGIN_NAME
 AUX_PREFIX = "auxiliary.compression."
 
 # Engines that read their settings from the environment instead of config.yaml.
