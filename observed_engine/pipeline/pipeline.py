@@ -197,10 +197,8 @@ class Pipeline:
             last = not self._engines
         self.processor.forget(key)
         if last and self.registry is not None:
-            try:
+            with swallowed("pipeline", self.count_error):
                 self.registry.engine_gone(self)
-            except Exception:
-                self.count_error("pipeline")
 
     def live_engines(self) -> List[Any]:
         with self._engines_lock:
@@ -295,14 +293,12 @@ class Pipeline:
     # -- the watchdog's report (watchdog thread) -------------------------------------
 
     def _on_deadline(self, call, age: float) -> None:
-        try:
+        with swallowed("tracing", self.count_error):
             if call.span is not None:
                 call.span.add_event(a.DEADLINE_EVENT, {
                     a.DEADLINE_SECONDS: self.compress_timeout,
                     a.ELAPSED_SECONDS: round(age, 3),
                 })
-        except Exception:
-            self.count_error("tracing")
         self.recorder.push((DEADLINE_EXCEEDED, call.engine, time.perf_counter_ns(), age))
 
     # -- control --------------------------------------------------------------------

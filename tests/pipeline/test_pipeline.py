@@ -148,3 +148,27 @@ def test_with_the_default_settings_the_otel_sdk_is_never_imported(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True,
                          timeout=120).stdout.splitlines()
     assert out == ["[]", "True"], out
+
+
+def test_a_failing_registry_cleanup_is_counted_and_said_once(observe_engine, metric_points, caplog, monkeypatch):
+    """The pipeline's own bookkeeping when its last engine goes (``registry.engine_gone``) and the
+    watchdog's deadline event never raise; before, a failure there was counted but never said."""
+    from observed_engine import failsafe
+
+    failsafe.forget_logged()
+    engine = observe_engine(NarrowEngine())
+    telemetry = pipeline_of(engine)
+
+    def broken(_pipeline):
+        raise RuntimeError("registry bookkeeping broke")
+
+    monkeypatch.setattr(telemetry.registry, "engine_gone", broken)
+    with caplog.at_level(logging.WARNING, logger="observed_engine"):
+        for _ in range(3):
+            telemetry.forget_engine(engine)
+            telemetry.register_engine(engine)
+        telemetry.forget_engine(engine)
+    said = [r for r in caplog.records if "registry bookkeeping broke" in r.getMessage()]
+    assert len(said) == 1 and "pipeline" in said[0].getMessage(), [r.getMessage() for r in caplog.records]
+    errors = metric_points("hermes.context_engine.telemetry_errors")
+    assert errors.get(frozenset({("component", "pipeline")})) == 4, errors
