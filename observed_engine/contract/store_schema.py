@@ -1,71 +1,10 @@
 """The embedded store's schema: one SQLite file, no server (the writer is ``observed_engine.store``).
 
-One row per hook call or event, written in batches by a background thread
-(WAL mode, bounded queue, retention by age). Several Hermes processes may write
-the same file: each batch is one short transaction and SQLite's busy timeout
-serialises writers. The dashboard reads the same file (read-only).
-
-Schema (documented in docs/store-schema.md, version in ``meta``):
-
-``events``
-  ts              REAL     epoch seconds at the end of the call / the event
-  host            TEXT     hostname of the writing process
-  pid             INTEGER  process id of the writing process
-  session         TEXT     Hermes session id when known (never a metric label)
-  engine          TEXT     the inner engine's name
-  hook            TEXT     hook name (compress, should_compress, select_context, ...)
-  event           TEXT     'call' for a hook call; 'deadline_exceeded', 'late_completion',
-                           'host_reported' (timeouts); 'fail_open'; 'bad_input';
-                           'summary_failure' (compress returned after its summary model failed);
-                           'compression_blocked' (automatic compression blocked: started / ended)
-  outcome         TEXT     'ok' / 'error' for calls; compress: 'compressed' / 'noop' / 'error';
-                           select_context: 'unchanged' / 'same_selection' / 'changed_selection' / 'fail_open';
-                           summary_failure: 'fallback_summary' / 'aborted'
-  reason          TEXT     fail-open reason, timeout failure kind, exception type, bad-input kind,
-                           summary failure cause ('auth' / 'network' / 'other')
-  duration_s      REAL     call duration (late_completion: the whole call)
-  prompt_tokens   INTEGER  engine.last_prompt_tokens after the call (-1 sentinel stored as 0)
-  threshold_tokens INTEGER engine.threshold_tokens after the call
-  window_tokens   INTEGER  engine.context_length after the call
-  tokens_before / tokens_after / messages_before / messages_after  INTEGER (compress, select_context)
-  cache_lost_tokens INTEGER prompt-cache prefix tokens a changed selection invalidated
-  input_tokens / output_tokens / cache_read_tokens / cache_write_tokens / reasoning_tokens INTEGER
-                           usage passed to update_from_response
-  cache_rewrite_tokens INTEGER first update_from_response after a compaction: prompt tokens written
-                           into the provider's cache again (cache_write where reported, else
-                           prompt - cache_read)
-  checked_tokens  INTEGER  should_compress / should_compress_preflight / should_compress_info /
-                           should_defer_preflight_to_real_usage: the tokens the engine was asked about
-                           (the argument, or engine.last_prompt_tokens when called without one);
-                           threshold_tokens holds the threshold at that moment
-  decision        TEXT     those hooks' answer: 'compress' / 'skip' (should_compress*), 'defer' /
-                           'estimate' (should_defer_preflight_to_real_usage); reason: the engine's
-                           reason where it gives one, else 'below_threshold' / 'at_or_above_threshold',
-                           or the blocked reason ('summary_cooldown', ...) of a skip at/above it
-  summary_model   TEXT     compress: the summary model (Hermes' usage record of the call where there is
-                           one, else the engine's summary_model, else its main model)
-  summary_provider TEXT    compress: the summary model's provider where known
-  summary_input_tokens / summary_output_tokens INTEGER compress: the summary model's usage, where
-                           observable (Hermes' auxiliary usage record, task 'compression')
-  event 'compression_blocked': outcome 'started' / 'ended', reason the blocked reason
-                           ('summary_cooldown', 'ineffective_compression', 'fallback_streak',
-                           'attempts_exhausted', 'other'); ts when the block began / ended
-  pruned_results  INTEGER  prune_tool_results_only (Hermes 0.20+): the tool results the engine says it
-                           pruned; outcome 'pruned' (the host goes on with the new list) / 'noop' /
-                           'uncommitted' (a count, but the input list came back: the host keeps it) /
-                           'fail_open' (not a (list, n) pair) / 'error'; messages_before/after and
-                           tokens_before/after as for compress (after = before unless pruned);
-                           checked_tokens the current_tokens the host passed
-  api_calls       INTEGER  on_turn_complete (Hermes 0.20+): the turn's provider calls (api_call_count);
-                           outcome 'completed' / 'interrupted' / 'failed', reason the host's
-                           turn_exit_reason word without its detail ('text_response', ...; 'unspecified'
-                           when none), input_tokens ... reasoning_tokens the usage the host passed (its
-                           last response's, also counted by update_from_response), messages_after /
-                           tokens_after the finished transcript
-  clone_for_agent rows (Hermes 0.22+): outcome 'observed' (a new engine on the same pipeline) /
-                           'same_engine' / 'unobserved' / 'error'
-  tokenizer       TEXT     how token counts were made ('tiktoken:o200k_base' or 'estimate')
-  content         TEXT     message text, only when capture_content is on, else NULL
+One row per hook call or event, written in batches by a background thread (WAL mode, bounded
+queue, retention by age); several Hermes processes may write the same file, each batch one short
+transaction; the dashboard reads it read-only. The columns, their values per hook and event, and
+the schema version kept in ``meta`` are documented once, in docs/store-schema.md, generated by
+``schema_markdown()`` from ``COLUMN_TEXT`` below.
 """
 
 from __future__ import annotations
@@ -186,9 +125,72 @@ def row_from(fields: dict) -> tuple:
     return tuple(fields), tuple(fields.values())
 
 
+COLUMN_TEXT = """\
+``events``
+  ts              REAL     epoch seconds at the end of the call / the event
+  host            TEXT     hostname of the writing process
+  pid             INTEGER  process id of the writing process
+  session         TEXT     Hermes session id when known (never a metric label)
+  engine          TEXT     the inner engine's name
+  hook            TEXT     hook name (compress, should_compress, select_context, ...)
+  event           TEXT     'call' for a hook call; 'deadline_exceeded', 'late_completion',
+                           'host_reported' (timeouts); 'fail_open'; 'bad_input';
+                           'summary_failure' (compress returned after its summary model failed);
+                           'compression_blocked' (automatic compression blocked: started / ended)
+  outcome         TEXT     'ok' / 'error' for calls; compress: 'compressed' / 'noop' / 'error';
+                           select_context: 'unchanged' / 'same_selection' / 'changed_selection' / 'fail_open';
+                           summary_failure: 'fallback_summary' / 'aborted'
+  reason          TEXT     fail-open reason, timeout failure kind, exception type, bad-input kind,
+                           summary failure cause ('auth' / 'network' / 'other')
+  duration_s      REAL     call duration (late_completion: the whole call)
+  prompt_tokens   INTEGER  engine.last_prompt_tokens after the call (-1 sentinel stored as 0)
+  threshold_tokens INTEGER engine.threshold_tokens after the call
+  window_tokens   INTEGER  engine.context_length after the call
+  tokens_before / tokens_after / messages_before / messages_after  INTEGER (compress, select_context)
+  cache_lost_tokens INTEGER prompt-cache prefix tokens a changed selection invalidated
+  input_tokens / output_tokens / cache_read_tokens / cache_write_tokens / reasoning_tokens INTEGER
+                           usage passed to update_from_response
+  cache_rewrite_tokens INTEGER first update_from_response after a compaction: prompt tokens written
+                           into the provider's cache again (cache_write where reported, else
+                           prompt - cache_read)
+  checked_tokens  INTEGER  should_compress / should_compress_preflight / should_compress_info /
+                           should_defer_preflight_to_real_usage: the tokens the engine was asked about
+                           (the argument, or engine.last_prompt_tokens when called without one);
+                           threshold_tokens holds the threshold at that moment
+  decision        TEXT     those hooks' answer: 'compress' / 'skip' (should_compress*), 'defer' /
+                           'estimate' (should_defer_preflight_to_real_usage); reason: the engine's
+                           reason where it gives one, else 'below_threshold' / 'at_or_above_threshold',
+                           or the blocked reason ('summary_cooldown', ...) of a skip at/above it
+  summary_model   TEXT     compress: the summary model (Hermes' usage record of the call where there is
+                           one, else the engine's summary_model, else its main model)
+  summary_provider TEXT    compress: the summary model's provider where known
+  summary_input_tokens / summary_output_tokens INTEGER compress: the summary model's usage, where
+                           observable (Hermes' auxiliary usage record, task 'compression')
+  event 'compression_blocked': outcome 'started' / 'ended', reason the blocked reason
+                           ('summary_cooldown', 'ineffective_compression', 'fallback_streak',
+                           'attempts_exhausted', 'other'); ts when the block began / ended
+  pruned_results  INTEGER  prune_tool_results_only (Hermes 0.20+): the tool results the engine says it
+                           pruned; outcome 'pruned' (the host goes on with the new list) / 'noop' /
+                           'uncommitted' (a count, but the input list came back: the host keeps it) /
+                           'fail_open' (not a (list, n) pair) / 'error'; messages_before/after and
+                           tokens_before/after as for compress (after = before unless pruned);
+                           checked_tokens the current_tokens the host passed
+  api_calls       INTEGER  on_turn_complete (Hermes 0.20+): the turn's provider calls (api_call_count);
+                           outcome 'completed' / 'interrupted' / 'failed', reason the host's
+                           turn_exit_reason word without its detail ('text_response', ...; 'unspecified'
+                           when none), input_tokens ... reasoning_tokens the usage the host passed (its
+                           last response's, also counted by update_from_response), messages_after /
+                           tokens_after the finished transcript
+  clone_for_agent rows (Hermes 0.22+): outcome 'observed' (a new engine on the same pipeline) /
+                           'same_engine' / 'unobserved' / 'error'
+  tokenizer       TEXT     how token counts were made ('tiktoken:o200k_base' or 'estimate')
+  content         TEXT     message text, only when capture_content is on, else NULL
+"""
+
+
 def schema_markdown() -> str:
     """docs/store-schema.md, generated from this module (a test keeps the file current)."""
-    body = __doc__.split("Schema (documented in docs/store-schema.md, version in ``meta``):", 1)[1].strip()
+    body = COLUMN_TEXT.strip()
     lines = [
         "# The embedded store's schema", "",
         "One SQLite file (default `$HERMES_HOME/observed/telemetry.sqlite`), written by "
