@@ -12,20 +12,13 @@ FailOpen and Stuck while the call is blocked, then release, then Timeout.
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 
 import pytest
-from support.deploy import ALERT_RULES, alertmanager_config
 from support.engines import ScriptedEngine, SelectingEngine, blocking_compress, transcript
 from support.servers import (
-    ALERTMANAGER_BIN,
-    PROMETHEUS_BIN,
-    AlertmanagerServer,
-    PrometheusServer,
     free_port,
-    require_binary,
     wait_until,
 )
 
@@ -36,15 +29,8 @@ DEADLINE = 0.3
 
 
 @pytest.mark.prometheus
-def test_timeout_and_fail_open_alerts_reach_the_webhook(tmp_path, webhook, request, capsys):
-    require_binary(PROMETHEUS_BIN)
-    require_binary(ALERTMANAGER_BIN)
-    rules = tmp_path / "alerts.yml"
-    shutil.copy(ALERT_RULES, rules)
-
-    am = AlertmanagerServer(tmp_path / "alertmanager", alertmanager_config(webhook.url))
-    request.addfinalizer(am.stop)
-    am.start()
+def test_timeout_and_fail_open_alerts_reach_the_webhook(alert_stack, webhook, request, capsys):
+    rules = alert_stack.rules()
 
     port = free_port()
     settings = {"prometheus": {"enabled": True, "port": port}, "store": {"enabled": False},
@@ -56,16 +42,8 @@ def test_timeout_and_fail_open_alerts_reach_the_webhook(tmp_path, webhook, reque
     request.addfinalizer(release.set)
     request.addfinalizer(lambda: observed_engine.shutdown(2.0))
 
-    prom = PrometheusServer(tmp_path / "prometheus", [f"127.0.0.1:{port}"], rule_files=[rules],
-                            alertmanager=am.address)
-    request.addfinalizer(prom.stop)
-    prom.start()
-    assert prom.wait_value('up{job="hermes"}', 1, timeout=15) == 1, prom.log_tail()
-
-    def diagnostics():
-        return (f"\nwebhook: {webhook.notifications}\nprometheus alerts: {prom.alerts()}\n"
-                f"alertmanager alerts: {am.alerts()}\nprometheus log:\n{prom.log_tail()}\n"
-                f"alertmanager log:\n{am.log_tail()}")
+    prom = alert_stack.start_prometheus([f"127.0.0.1:{port}"], rules)
+    diagnostics = alert_stack.diagnostics
 
     # -- drive: a compress() that hangs, a select_context that returns garbage
     box = {}

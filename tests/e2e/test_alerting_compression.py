@@ -19,23 +19,15 @@ DeadZone 5m: 3 s here); the test asserts the copy differs from the shipped file 
 
 from __future__ import annotations
 
-import json
 import time
 
 import pytest
 from support.builtin import compressor
-from support.deploy import ALERT_RULES, alertmanager_config, assert_only_for_lines_differ, shortened_rules
 from support.engines import ScriptedEngine, transcript
 from support.host import host_compaction, usage
 from support.llm import SUMMARY_TEXT, FakeLLM, ProviderError, install_llm
 from support.servers import (
-    ALERTMANAGER_BIN,
-    PROMETHEUS_BIN,
-    AlertmanagerServer,
-    PrometheusServer,
     free_port,
-    http_get,
-    require_binary,
     wait_until,
 )
 
@@ -51,17 +43,8 @@ SHORTENED = (BLOCKED, DEAD)
 WAIT_S = 60.0
 
 
-def test_blocked_thrash_and_dead_zone_alerts_reach_the_webhook(tmp_path, webhook, request, monkeypatch):
-    require_binary(PROMETHEUS_BIN)
-    require_binary(ALERTMANAGER_BIN)
-    shipped = ALERT_RULES.read_text()
-    rules = tmp_path / "alerts.yml"
-    rules.write_text(shortened_rules(shipped, SHORTENED, FOR_SECONDS))
-    assert_only_for_lines_differ(shipped, rules.read_text(), SHORTENED, FOR_SECONDS)
-
-    am = AlertmanagerServer(tmp_path / "alertmanager", alertmanager_config(webhook.url))
-    request.addfinalizer(am.stop)
-    am.start()
+def test_blocked_thrash_and_dead_zone_alerts_reach_the_webhook(alert_stack, webhook, request, monkeypatch):
+    rules = alert_stack.rules(SHORTENED, FOR_SECONDS)
 
     ports = {k: free_port() for k in ("blocked", "blocked_roomy", "full", "misc")}
     instance = {k: f"127.0.0.1:{p}" for k, p in ports.items()}
@@ -79,27 +62,13 @@ def test_blocked_thrash_and_dead_zone_alerts_reach_the_webhook(tmp_path, webhook
     dead = observe(ScriptedEngine("dead", context_length=64_000, threshold_tokens=64_000), settings=settings("misc"))
     alive = observe(ScriptedEngine("alive", context_length=64_000, threshold_tokens=54_400), settings=settings("misc"))
 
-    prom = PrometheusServer(tmp_path / "prometheus", list(instance.values()), rule_files=[rules],
-                            alertmanager=am.address)
-    request.addfinalizer(prom.stop)
-    prom.start()
-    assert prom.wait_value('count(up{job="hermes"} == 1)', 4, timeout=20) == 4, prom.log_tail()
+    prom = alert_stack.start_prometheus(list(instance.values()), rules)
+    diagnostics, webhook_alert, ever = alert_stack.diagnostics, alert_stack.webhook_alert, alert_stack.ever
 
-    def diagnostics():
-        return (f"\nwebhook: {json.dumps(webhook.notifications, default=str)[:6000]}\n"
-                f"prometheus alerts: {prom.alerts()}\nalertmanager alerts: {am.alerts()}\n"
-                f"prometheus log:\n{prom.log_tail()}")
-
-    body = json.loads(http_get(prom.url + "/api/v1/rules"))
-    loaded = {r["name"]: r for g in body["data"]["groups"] for r in g["rules"]}
+    loaded = alert_stack.loaded_rules()
     assert {BLOCKED, THRASH, DEAD} <= set(loaded)
     assert loaded[BLOCKED]["duration"] == FOR_SECONDS and loaded[DEAD]["duration"] == FOR_SECONDS
     assert loaded[THRASH]["duration"] == 0
-
-    def webhook_alert(alertname, status="firing", **labels):
-        hits = [a for a in webhook.alerts(alertname, status=status)
-                if all(a["labels"].get(k) == v for k, v in labels.items())]
-        return hits[0] if hits else None
 
     # -- drive: negatives first
     alive.update_from_response(usage(10_000))
@@ -165,15 +134,11 @@ def test_blocked_thrash_and_dead_zone_alerts_reach_the_webhook(tmp_path, webhook
     # -- must not fire: never even pending
     time.sleep(FOR_SECONDS + 3)
 
-    def ever(selector):
-        return prom.query(f"max_over_time(ALERTS{{{selector}}}[1h])")
-
     assert ever(f'alertname="{BLOCKED}"'), "the ALERTS query finds nothing at all"
     assert ever(f'alertname="{BLOCKED}",instance!="{instance["blocked"]}"') == [], diagnostics()
     assert ever(f'alertname="{THRASH}",engine!~"thrash|stuck"') == [], diagnostics()
     assert ever(f'alertname="{DEAD}",engine!="dead"') == [], diagnostics()
-    body = json.loads(http_get(prom.url + "/api/v1/rules"))
-    health = {r["name"]: (r["health"], r.get("lastError")) for g in body["data"]["groups"] for r in g["rules"]}
+    health = {name: (r["health"], r.get("lastError")) for name, r in alert_stack.loaded_rules().items()}
     assert all(health[name] == ("ok", "") or health[name] == ("ok", None) for name in (BLOCKED, THRASH, DEAD)), health
     print(f"\n[alerts e2e issue 15] webhook after: Blocked {blocked_after:.1f} s, Thrash {thrash_after:.1f} s, "
           f"DeadZone {dead_after:.1f} s")

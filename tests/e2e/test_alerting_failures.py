@@ -40,7 +40,6 @@ evaluating without error (a rule failing to evaluate would make them pass vacuou
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from datetime import datetime
@@ -48,18 +47,12 @@ from datetime import datetime
 import pytest
 import yaml
 from support.builtin import compressor, real_compressor
-from support.deploy import ALERT_RULES, alertmanager_config, assert_only_for_lines_differ, shortened_rules
+from support.deploy import ALERT_RULES
 from support.engines import EngineError, RaisingEngine, ScriptedEngine, transcript
 from support.host import host_compaction, usage
 from support.llm import SUMMARY_TEXT, FakeLLM, ProviderError, install_llm
 from support.servers import (
-    ALERTMANAGER_BIN,
-    PROMETHEUS_BIN,
-    AlertmanagerServer,
-    PrometheusServer,
     free_port,
-    http_get,
-    require_binary,
     wait_until,
 )
 
@@ -108,20 +101,11 @@ def compress_n(engine, n: int, exc_type=RuntimeError) -> None:
 
 # --------------------------------------------------------------------------- the test
 
-def test_near_window_compression_errors_summary_and_telemetry_errors_reach_the_webhook(tmp_path, webhook, request,
-                                                                                       monkeypatch, capsys):
+def test_near_window_compression_errors_summary_and_telemetry_errors_reach_the_webhook(alert_stack, tmp_path, webhook,
+                                                                                       request, monkeypatch, capsys):
     t_start = time.monotonic()
-    require_binary(PROMETHEUS_BIN)
-    require_binary(ALERTMANAGER_BIN)
-
     shipped = ALERT_RULES.read_text()
-    rules = tmp_path / "alerts.yml"
-    rules.write_text(shortened_rules(shipped, SHORTENED, FOR_SECONDS))
-    assert_only_for_lines_differ(shipped, rules.read_text(), SHORTENED, FOR_SECONDS)
-
-    am = AlertmanagerServer(tmp_path / "alertmanager", alertmanager_config(webhook.url))
-    request.addfinalizer(am.stop)
-    am.start()
+    rules = alert_stack.rules(SHORTENED, FOR_SECONDS)
 
     # -- five pipelines, five /metrics endpoints
     ports = {k: free_port() for k in ("window", "errors", "telemetry", "summary", "summary_ok")}
@@ -165,31 +149,14 @@ def test_near_window_compression_errors_summary_and_telemetry_errors_reach_the_w
     summary_engines = {name: observe(compressor(), settings=settings("summary")) for name in failing}
     summary_ok = observe(compressor(), settings=settings("summary_ok"))
 
-    prom = PrometheusServer(tmp_path / "prometheus", list(instance.values()), rule_files=[rules],
-                            alertmanager=am.address)
-    request.addfinalizer(prom.stop)
-    prom.start()
-    assert prom.wait_value('count(up{job="hermes"} == 1)', 5, timeout=20) == 5, prom.log_tail()
+    prom = alert_stack.start_prometheus(list(instance.values()), rules)
     t_ready = time.monotonic()
-
-    def diagnostics():
-        return (f"\nwebhook: {json.dumps(webhook.notifications, default=str)[:6000]}\n"
-                f"prometheus alerts: {prom.alerts()}\nalertmanager alerts: {am.alerts()}\n"
-                f"prometheus log:\n{prom.log_tail()}\nalertmanager log:\n{am.log_tail()}")
-
-    def rules_api():
-        body = json.loads(http_get(prom.url + "/api/v1/rules"))
-        return {r["name"]: r for g in body["data"]["groups"] for r in g["rules"]}
+    diagnostics, webhook_alert, rules_api = alert_stack.diagnostics, alert_stack.webhook_alert, alert_stack.loaded_rules
 
     loaded = rules_api()
     assert set(loaded) == {r["alert"] for g in yaml.safe_load(shipped)["groups"] for r in g["rules"]}
     assert all(loaded[name]["duration"] == FOR_SECONDS for name in SHORTENED), loaded
     assert loaded[SUMMARY]["duration"] == 0, loaded[SUMMARY]   # shipped as is: a for: would need shortening
-
-    def webhook_alert(alertname, status="firing", **labels):
-        hits = [a for a in webhook.alerts(alertname, status=status)
-                if all(a["labels"].get(k) == v for k, v in labels.items())]
-        return hits[0] if hits else None
 
     def prom_alert(alertname, **labels):
         hits = [a for a in prom.alerts() if a["labels"]["alertname"] == alertname
@@ -336,9 +303,7 @@ def test_near_window_compression_errors_summary_and_telemetry_errors_reach_the_w
     if settle > 0:
         time.sleep(settle)
 
-    def ever(selector):
-        return prom.query(f"max_over_time(ALERTS{{{selector}}}[1h])")
-
+    ever = alert_stack.ever
     assert ever(f'alertname="{NEAR}",engine="compressor"'), "the ALERTS query finds nothing at all"
     assert ever(f'alertname="{NEAR}",engine=~"roomy|edge"') == [], diagnostics()
     assert ever(f'alertname="{ERRORS}",engine=~"rare|single|healthy|compressor"') == [], diagnostics()
