@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 from agent.context_compressor import ContextCompressor
+from support import agent_run
+from support.agent_run import CONTEXT_LENGTH, MODEL
 from support.fake_llm_server import FakeLLMServer
 from support.paths import REPO
 
@@ -102,15 +104,8 @@ def test_without_an_agent_being_built_the_builtin_is_quiet():
     assert hp.build_compressor(CONFIG, quiet_mode=False).quiet_mode is False
 
 
-MODEL = "fake-model"
-CONTEXT_LENGTH = 64_000
 TURNS = 7
-
-
-@pytest.fixture
-def llm():
-    with FakeLLMServer(model=MODEL, context_length=CONTEXT_LENGTH, reply_chars=40_000) as server:
-        yield server
+llm = agent_run.llm          # a fixture: the fake LLM server (fake-model, a 64,000-token window)
 
 
 @pytest.fixture
