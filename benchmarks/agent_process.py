@@ -45,9 +45,10 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from scratch import scratch_dir
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
@@ -231,19 +232,26 @@ def _config(mode: str, base_url: str, prom_port: int, otlp_url: str | None) -> s
     return text
 
 
-PYCACHE = tempfile.mkdtemp(prefix="oe-bench-pycache-")
+_pycache: list = []
+
+
+def pycache() -> str:
+    """The children's shared bytecode cache, made once by the parent (a child never makes one)."""
+    if not _pycache:
+        _pycache.append(scratch_dir("oe-bench-pycache-"))
+    return _pycache[0]
 
 
 def run_one(mode: str, workload: str, turns: int, base_url: str, otlp_url: str | None) -> dict:
     from support.servers import free_port
 
-    home = tempfile.mkdtemp(prefix=f"oe-agent-{mode}-")
+    home = scratch_dir(f"oe-agent-{mode}-")
     Path(home, "config.yaml").write_text(_config(mode, base_url, free_port(), otlp_url), encoding="utf-8")
     env = {k: v for k, v in os.environ.items()
            if not (k.startswith("OTEL_") or k.endswith("_API_KEY")
                    or k in ("TIKTOKEN_CACHE_DIR", "PYTHONDONTWRITEBYTECODE"))}
     # bytecode cached (outside the tree) as an installed package has it; see the warm-up runs in main()
-    env["PYTHONPYCACHEPREFIX"] = PYCACHE
+    env["PYTHONPYCACHEPREFIX"] = pycache()
     env.update(HERMES_HOME=home, BENCH_BASE_URL=base_url, PYTHONUNBUFFERED="1")
     if mode == "observed-inproc":
         env["OBSERVED_TOKENIZER_PROCESS"] = "0"      # as before the helper: the encoding loaded here

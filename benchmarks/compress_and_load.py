@@ -20,11 +20,13 @@ import resource
 import sqlite3
 import statistics
 import sys
-import tempfile
 import threading
 import time
 
-os.environ.setdefault("HERMES_HOME", tempfile.mkdtemp(prefix="observed-bench-"))
+from scratch import scratch_dir
+
+if "HERMES_HOME" not in os.environ:
+    os.environ["HERMES_HOME"] = scratch_dir("observed-bench-")
 
 from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
@@ -237,7 +239,7 @@ def main(argv=None) -> int:
     parser.add_argument("--spans", action="store_true", help="load: spans on too")
     parser.add_argument("--queue", type=int, default=1_000_000, help="load: the event queue bound")
     args = parser.parse_args(argv)
-    store_dir = tempfile.mkdtemp(prefix="observed-bench-store-")
+    store_dir = scratch_dir("observed-bench-store-")
     skip = set(filter(None, args.skip.split(",")))
     if "compress" not in skip:
         bench_compress(store_dir)

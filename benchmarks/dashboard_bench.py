@@ -23,11 +23,11 @@ import gc
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import observed_engine.dashboard
+from scratch import scratch_dir
 
 APP = str(Path(observed_engine.dashboard.__file__).with_name("app.py"))
 
@@ -201,7 +201,7 @@ def main(argv=None) -> int:
     if args.store:
         path = Path(args.store)
     else:
-        tmp = tempfile.mkdtemp(prefix="dashboard-bench-")
+        tmp = scratch_dir("dashboard-bench-")
         path = Path(tmp) / "telemetry.sqlite"
     if not path.exists():
         print(f"filling {path} with {args.rows:,} events over {args.span_hours:g} h ...", flush=True)

@@ -30,6 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from scratch import scratch_dir
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
@@ -38,7 +40,8 @@ SCENARIOS = ("off", "live", "blackhole", "refused")
 
 def run_child(args) -> None:
     """One process per protocol: the four scenarios as four observed engines, measured in turns."""
-    os.environ.setdefault("HERMES_HOME", tempfile.mkdtemp(prefix="dead-endpoint-home-"))
+    if "HERMES_HOME" not in os.environ:
+        os.environ["HERMES_HOME"] = scratch_dir("dead-endpoint-home-")
     log_path = Path(tempfile.mkstemp(prefix="dead-endpoint-", suffix=".log")[1])
     handler = logging.FileHandler(log_path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))

@@ -29,10 +29,11 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections import deque
 from itertools import filterfalse, repeat
 from pathlib import Path
+
+from scratch import scratch_dir
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -57,7 +58,7 @@ STEPS = (
 def child(mode: str, hook: str, out: str, batch: int, batches: int) -> int:
     import hook_overhead as ho
 
-    store_dir = tempfile.mkdtemp(prefix="observed-bench-store-")
+    store_dir = scratch_dir("observed-bench-store-")
     engines = {m: ho.build(m, store_dir) for m in MODES}
     call = ho.HOOKS[hook]
     engine = engines[mode][0]
@@ -261,7 +262,7 @@ def main(argv=None) -> int:
     modes = [m for m in args.modes.split(",") if m]
     if "bare" not in modes:
         modes.insert(0, "bare")
-    workdir = Path(tempfile.mkdtemp(prefix="observed-hook-instructions-"))
+    workdir = Path(scratch_dir("observed-hook-instructions-"))
     run_steps(workdir)
     print()
     if args.steps:

@@ -32,10 +32,12 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 
-os.environ.setdefault("HERMES_HOME", tempfile.mkdtemp(prefix="observed-bench-"))
+from scratch import scratch_dir
+
+if "HERMES_HOME" not in os.environ:
+    os.environ["HERMES_HOME"] = scratch_dir("observed-bench-")
 
 from opentelemetry.sdk.metrics import MeterProvider  # noqa: E402
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader  # noqa: E402
@@ -171,7 +173,7 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=20)
     args = parser.parse_args(argv)
-    store_dir = tempfile.mkdtemp(prefix="observed-bench-store-")
+    store_dir = scratch_dir("observed-bench-store-")
     engines = {mode: build(mode, store_dir) for mode in MODES}
 
     steady, cold = {}, {}

@@ -27,8 +27,9 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
+
+from scratch import scratch_dir
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -122,11 +123,11 @@ def child(mode: str, workload: str, turns: int, sessions: int, sample_every: int
 def run_one(mode: str, workload: str, args, base_url: str) -> dict:
     from support.servers import free_port
 
-    home = tempfile.mkdtemp(prefix=f"oe-mem-{mode}-")
+    home = scratch_dir(f"oe-mem-{mode}-")
     Path(home, "config.yaml").write_text(ap._config(mode, base_url, free_port(), None), encoding="utf-8")
     env = {k: v for k, v in os.environ.items()
            if not (k.startswith("OTEL_") or k.endswith("_API_KEY") or k == "TIKTOKEN_CACHE_DIR")}
-    env.update(HERMES_HOME=home, BENCH_BASE_URL=base_url, PYTHONUNBUFFERED="1", PYTHONPYCACHEPREFIX=ap.PYCACHE)
+    env.update(HERMES_HOME=home, BENCH_BASE_URL=base_url, PYTHONUNBUFFERED="1", PYTHONPYCACHEPREFIX=ap.pycache())
     proc = subprocess.run([sys.executable, __file__, "--child", mode, workload, str(args.turns),
                            str(args.sessions), str(args.sample_every)],
                           stdout=subprocess.PIPE, stderr=None, env=env, cwd=home, text=True)

@@ -25,10 +25,11 @@ import argparse
 import json
 import os
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
+
+from scratch import scratch_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -88,7 +89,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import run_agent  # noqa: F401  (a Hermes process's heap, as in hook_overhead.py)
 
-    engine, telemetry = hook_overhead.build("full", tempfile.mkdtemp(prefix="observed-bench-store-"))
+    engine, telemetry = hook_overhead.build("full", scratch_dir("observed-bench-store-"))
     recorder = telemetry.recorder
     for _ in range(2000):                      # warm: counters, keys, the store's file
         engine.update_from_response(hook_overhead.USAGE)

@@ -17,9 +17,10 @@ import argparse
 import gc
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from scratch import scratch_dir
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -32,7 +33,7 @@ BATCHES = 5
 def measure(hook: str, rounds: int, collect: bool) -> list:
     import run_agent  # noqa: F401  (a Hermes process's heap, as in hook_overhead.py)
 
-    engine, telemetry = hook_overhead.build("full", tempfile.mkdtemp(prefix="observed-bench-store-"))
+    engine, telemetry = hook_overhead.build("full", scratch_dir("observed-bench-store-"))
     call = hook_overhead.HOOKS[hook]
     for _ in range(2000):
         call(engine)

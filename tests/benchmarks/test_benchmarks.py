@@ -6,6 +6,7 @@
   point declared after that import was never seen and the observed modes ran bare.)
 * ``hook_overhead.py``'s worker CPU per event must not charge its events with rows an earlier
   phase left to the store writer.
+* A benchmark leaves nothing in $TMPDIR (its Hermes homes and stores used to pile up: 1.5 GB).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def test_agent_process_one_shot_runs_observed_through_the_entry_point(tmp_path, 
 
     from support.entry_points import write_dist
 
-    env = dict(os.environ)
+    env = dict(os.environ, TMPDIR=str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
     if declared:
         site = tmp_path / "site"
         write_dist(site, "observed-engine-entry-point", {"observed": "observed_engine.hermes_plugin"})
@@ -48,6 +50,21 @@ def test_agent_process_one_shot_runs_observed_through_the_entry_point(tmp_path, 
     assert observed["observer"]["import_cpu_s"] > 0 and observed["observer"]["build_cpu_s"] > 0, observed["observer"]
     assert bare["observer"] == {"import_cpu_s": 0.0, "build_cpu_s": 0.0}
     assert "observation CPU, attributed s" in proc.stdout
+    assert list((tmp_path / "tmp").iterdir()) == []     # the homes and the bytecode cache removed
+
+
+def test_hook_overhead_leaves_nothing_in_tmpdir(tmp_path):
+    import os
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "HERMES_HOME"}
+    env["TMPDIR"] = str(scratch)
+    proc = subprocess.run([sys.executable, str(BENCHMARKS / "hook_overhead.py"), "--rounds", "2", "--batch", "5",
+                           "--warmup", "1"], capture_output=True, text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "should_compress" in proc.stdout
+    assert list(scratch.iterdir()) == []
 
 
 @pytest.fixture
