@@ -194,6 +194,6 @@ def _reads_state_as_attributes(cls) -> bool:
             value = inspect.getattr_static(cls, name, _ABSENT)
             if value is not _ABSENT and hasattr(type(value), "__get__"):
                 return False
-    except Exception:
+    except Exception:  # generation time: an MRO getattr_static cannot walk; False picks the dict-read form
         return False
     return True

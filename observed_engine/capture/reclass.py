@@ -210,7 +210,7 @@ def _observed_metaclass(metaclass: type) -> type:
             "__dict__": property(_class_dict, doc="The inner class's dict (the engine's own view)."),
         })
         copyreg.pickle(derived, _reduce_generated_class)
-    except Exception:
+    except Exception:  # a metaclass that cannot be subclassed or registered: used as it is (see docstring)
         derived = metaclass
     _observed_metaclasses[metaclass] = derived
     return derived
@@ -229,7 +229,7 @@ def _exposed_name_property(cls, inner_cls, exposed: str, engine_abc):
         if getframe(1).f_code in own_codes:
             try:
                 state = object.__getattribute__(self, "__dict__")
-            except Exception:
+            except Exception:  # hot path: no instance __dict__ (slots): the name comes from the class below
                 state = {}
             if "name" in state:
                 return state["name"]
@@ -346,7 +346,7 @@ def _current_signature(cls, engine, name) -> Optional[inspect.Signature]:
     """:func:`_signature_of`, for what the bare engine's lookup of ``name`` finds now."""
     try:
         return _with_self(inspect.signature(getattr(super(cls, engine), name)))
-    except Exception:
+    except Exception:  # hot path (refresh): a lookup/signature that raises; None: no __signature__ set
         return None
 
 

@@ -33,7 +33,7 @@ def held_by_instance(engine: Any) -> bool:
     try:
         state = _instance_attribute(engine, "__dict__")
         return all(name in state for name in STATE_FIELDS)
-    except Exception:
+    except Exception:  # no __dict__ (slots), or an odd mapping: False, the hooks read each field with a default
         return False
 
 
@@ -42,5 +42,5 @@ def read_summary(engine: Any) -> Optional[tuple]:
     try:
         state = _instance_attribute(engine, "__dict__")
         return tuple(state.get(name) for name in SUMMARY_FIELDS)
-    except Exception:
+    except Exception:  # hot path: no __dict__ (slots), or an odd mapping: None, no summary fields read
         return None

@@ -52,7 +52,7 @@ def _serves_our_metrics(host_: str, port: int) -> bool:
     try:
         with urllib.request.urlopen(f"http://{url_host}:{port}/metrics", timeout=1.0) as resp:
             body = resp.read(1_000_000).decode("utf-8", "replace")
-    except Exception:
+    except Exception:  # probe: refused, timed out or not HTTP: False, not our /metrics there
         return False
     return "hermes_context" in body
 

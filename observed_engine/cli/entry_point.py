@@ -67,7 +67,7 @@ def site_dir() -> Path:
     for dist in found:
         try:
             return Path(dist.locate_file("")).resolve()
-        except Exception:
+        except Exception:  # a distribution whose files cannot be located (a broken install): try the next one
             continue
     return Path(sysconfig.get_paths()["purelib"])
 

@@ -239,7 +239,7 @@ def findable_engines(name: str) -> Optional[List[str]]:
             found = host.simulate_selection(name, directory=False)
     except ImportError:
         return None
-    except Exception:
+    except Exception:  # Hermes' plugin scan failed: the names from the cheap sources are still offered
         found = {"registrations": []}
     registered = {r["engine"] for r in found.get("registrations", []) if isinstance(r.get("engine"), str)}
     registered.discard(PLUGIN_NAME)

@@ -216,7 +216,7 @@ def _count(model: str, messages: List[Any]) -> Optional[int]:
         from ..tokens import counter_for
 
         return counter_for("auto", model).count_messages(messages)
-    except Exception:
+    except Exception:  # no tokenizer for the model, or content it cannot encode: final_tokens is None
         return None
 
 

@@ -130,7 +130,7 @@ def snapshot_messages(messages: Any) -> Optional[list]:
             (SNAPSHOT_TAG, m.get("role"), m.get("content"), m.get("tool_calls")) if type(m) is dict else m
             for m in messages
         ]
-    except Exception:
+    except Exception:  # hot path: e.g. a dict key whose __eq__ raises; None, as for a non-list
         return None
 
 

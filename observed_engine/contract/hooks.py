@@ -100,7 +100,7 @@ def overrides_default(engine: object, name: str, engine_abc: Optional[type]) -> 
     """
     try:
         bound = getattr(engine, name, None)
-    except Exception:
+    except Exception:  # probe: an engine whose property or __getattr__ raises; False means "not overridden"
         return False
     if bound is None or not callable(bound):
         return False
@@ -117,7 +117,7 @@ def is_wrapped(engine: object, spec: HookSpec, engine_abc: Optional[type]) -> bo
         return overrides_default(engine, spec.name, engine_abc)
     try:
         return callable(getattr(engine, spec.name, None))
-    except Exception:
+    except Exception:  # probe: an engine whose property or __getattr__ raises; False: left unwrapped
         return False
 
 

@@ -24,10 +24,10 @@ def identifier(value: object) -> str:
             text = str(value)
             if type(text) is not str:
                 raise TypeError("__str__ returned a non-string")
-        except Exception:
+        except Exception:  # a __str__ that raises or returns a non-str: the text names the type instead
             try:
                 kind = type(value).__name__
-            except Exception:
+            except Exception:  # a metaclass whose __name__ raises: the generic kind
                 kind = "object"
             text = f"<unprintable {kind}>"
     if not text.isascii():

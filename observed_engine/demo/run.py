@@ -147,7 +147,7 @@ def _run(args: argparse.Namespace, directory: Path, store: Path, home: Path,
             try:
                 os.killpg(dashboard.pid, signal.SIGTERM)
                 dashboard.wait(timeout=10)
-            except Exception:
+            except Exception:  # teardown: the group is gone already, or it did not exit in 10 s: kill it
                 dashboard.kill()
         print(f"demo: done ({traffic.turns} turns, {traffic.compressions} compressions); store {store}")
     return code

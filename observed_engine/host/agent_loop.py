@@ -36,7 +36,7 @@ def minimum_context_length() -> Optional[int]:
     an agent on a smaller one raises at init); None without Hermes."""
     try:
         from agent.model_metadata import MINIMUM_CONTEXT_LENGTH
-    except Exception:
+    except Exception:  # no Hermes, or one without the constant: None, no known minimum
         return None
     return int(MINIMUM_CONTEXT_LENGTH)
 
@@ -51,6 +51,6 @@ def add_request_observer(callback) -> bool:
 
         manager = get_plugin_manager()
         manager._hooks.setdefault("pre_api_request", []).append(callback)
-    except Exception:
+    except Exception:  # no Hermes/plugin manager, or _hooks of another shape: False, not observed
         return False
     return True

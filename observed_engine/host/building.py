@@ -19,7 +19,7 @@ def building_agent() -> Optional[object]:
     The caller reads it there and then and keeps no reference."""
     try:
         frame = sys._getframe(1)
-    except Exception:
+    except Exception:  # an interpreter without sys._getframe: no stack to search, so no agent
         return None
     for _depth in range(80):
         if frame is None:
@@ -81,7 +81,7 @@ def agent_compressor_inputs(building: object) -> Dict[str, Any]:
         else:
             try:
                 out["max_tokens"] = _compressor_max_tokens(building)
-            except Exception:
+            except Exception:  # the host's helper raised on this agent: its own max_tokens, as before 0.22
                 out["max_tokens"] = building.max_tokens
     elif getattr(building, "max_tokens", None) is not None:
         out["max_tokens"] = building.max_tokens
@@ -110,7 +110,7 @@ def agent_init_reads_model_max_tokens() -> bool:
     there is no such module or no source to read (the older behaviour)."""
     try:
         import agent.agent_init as agent_init
-    except Exception:
+    except Exception:  # no agent.agent_init to read: the older behaviour (True)
         return True
     key = getattr(agent_init, "__file__", None) or ""
     if key not in _READS_MODEL_MAX_TOKENS:
@@ -118,7 +118,7 @@ def agent_init_reads_model_max_tokens() -> bool:
 
         try:
             source = inspect.getsource(agent_init)
-        except Exception:
+        except Exception:  # no source to read (bytecode-only install): the older behaviour is assumed
             _READS_MODEL_MAX_TOKENS[key] = True
         else:
             _READS_MODEL_MAX_TOKENS[key] = re.search(r"""\.get\(\s*["']max_tokens["']\s*\)""", source) is not None

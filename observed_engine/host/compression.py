@@ -65,7 +65,7 @@ def host_compression_settings(config: Mapping[str, Any], *, model: str, provider
     The threshold comes with the host's per-model raise applied."""
     try:
         from agent.agent_init import _parse_compression_config
-    except Exception:
+    except Exception:  # before 0.22 there is no such parser: None, the caller's own reading stands
         return None
     from types import SimpleNamespace
 
@@ -102,7 +102,7 @@ def compressor_max_tokens(max_tokens: Optional[int], provider: str, base_url: st
 
     try:
         return _compressor_max_tokens(SimpleNamespace(max_tokens=max_tokens, provider=provider, base_url=base_url))
-    except Exception:
+    except Exception:  # the host's helper raised on these inputs: max_tokens as given, as before 0.22
         return max_tokens
 
 
@@ -114,7 +114,7 @@ def custom_providers(config: Mapping[str, Any]) -> list:
 
         resolved = get_compatible_custom_providers(dict(config))
         return resolved if isinstance(resolved, list) else []
-    except Exception:
+    except Exception:  # no such resolver (older Hermes) or it raised: the config's own list
         raw = config.get("custom_providers") if isinstance(config, Mapping) else None
         return raw if isinstance(raw, list) else []
 
@@ -129,7 +129,7 @@ def custom_provider_context_length(model: str, base_url: str, providers: list) -
 
         value = get_custom_provider_context_length(model=model, base_url=base_url, custom_providers=providers)
         return int(value) if value else None
-    except Exception:
+    except Exception:  # no such helper (older Hermes), it raised, or no number: no per-model window
         return None
 
 
@@ -139,7 +139,7 @@ def minimum_tool_context_length(config: Mapping[str, Any]) -> Optional[int]:
     0.22); None where this Hermes has none."""
     try:
         from agent.model_metadata import get_minimum_tool_context_length
-    except Exception:
+    except Exception:  # no Hermes, or one before 0.22: no tool-context floor (None)
         return None
     from types import SimpleNamespace
 
@@ -147,7 +147,7 @@ def minimum_tool_context_length(config: Mapping[str, Any]) -> Optional[int]:
     value = section.get("minimum_tool_context_length") if isinstance(section, Mapping) else None
     try:
         return get_minimum_tool_context_length(SimpleNamespace(_minimum_tool_context_length=value))
-    except Exception:
+    except Exception:  # the host's helper raised on this setting: no floor known here (None)
         return None
 
 

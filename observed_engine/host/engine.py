@@ -16,7 +16,7 @@ def context_engine_abc() -> Optional[type]:
     """``agent.context_engine.ContextEngine``, or None when Hermes is not importable."""
     try:
         from agent.context_engine import ContextEngine
-    except Exception:
+    except Exception:  # Hermes not importable: None; hermes_import_problem() says why
         return None
     return ContextEngine
 

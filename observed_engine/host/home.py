@@ -32,7 +32,7 @@ def hermes_home(arg: Optional[str] = None) -> Path:
         from hermes_constants import get_hermes_home
 
         return Path(get_hermes_home())
-    except Exception:
+    except Exception:  # no Hermes (or no get_hermes_home): resolved from the env as Hermes does
         env = os.environ.get("HERMES_HOME")
         return Path(env) if env else Path.home() / ".hermes"
 
@@ -170,7 +170,7 @@ def config_defaults(*path: str) -> Dict[str, Any]:
     without Hermes or for a section it does not have."""
     try:
         from hermes_cli.config import DEFAULT_CONFIG
-    except Exception:
+    except Exception:  # no Hermes, or its config module fails to import: no known defaults ({})
         return {}
     node: Any = DEFAULT_CONFIG
     for key in path:

@@ -50,7 +50,7 @@ def hermes_installation() -> Optional[HermesInstallation]:
     try:
         module = sys.modules.get("agent.context_engine")
         module_file = Path(module.__file__).resolve()
-    except Exception:
+    except Exception:  # the module has no file (namespace/frozen import): nothing to locate
         return None
     location = module_file.parent.parent
     dist = _owning_distribution(module_file)
@@ -81,7 +81,7 @@ _ENGINE_FILE = "agent/context_engine.py"
 def _distribution_name(dist) -> str:
     try:
         name = dist.metadata["Name"]
-    except Exception:
+    except Exception:  # unreadable or malformed METADATA: the distribution's own name, else "?"
         name = None
     return name or getattr(dist, "name", None) or "?"
 
@@ -113,7 +113,7 @@ def _owning_distribution(module_file: Path):
         for dist in _all_distributions():
             try:
                 top_level = (dist.read_text("top_level.txt") or "").split()
-            except Exception:
+            except Exception:  # unreadable metadata: no top-level names; the RECORD scan below still looks
                 top_level = []
             if "agent" in top_level or "run_agent" in top_level or _editable_dir(dist) is not None:
                 consider(dist)
@@ -129,7 +129,7 @@ def _owning_distribution(module_file: Path):
 def _all_distributions():
     try:
         return list(md.distributions())
-    except Exception:
+    except Exception:  # distribution metadata unreadable: nothing to scan (then reported as a checkout)
         return []
 
 
@@ -145,7 +145,7 @@ def _claims(dist, module_file: Path) -> int:
             pass
     try:
         files = dist.files or ()
-    except Exception:
+    except Exception:  # an unreadable RECORD: this distribution makes no claim
         return 0
     for entry in files:
         if entry.as_posix() != _ENGINE_FILE:
@@ -153,7 +153,7 @@ def _claims(dist, module_file: Path) -> int:
         try:
             if Path(dist.locate_file(entry)).resolve() != module_file:
                 continue
-        except Exception:
+        except Exception:  # an entry that cannot be located is not this file: the next is checked
             continue
         recorded = getattr(entry, "hash", None)
         if recorded is not None and recorded.mode == "sha256" and recorded.value == _sha256(module_file):
@@ -178,7 +178,7 @@ def _editable_dir(dist) -> Optional[Path]:
         if url.scheme != "file":
             return None
         return Path(unquote(url.path)).resolve()
-    except Exception:
+    except Exception:  # no or malformed direct_url.json: not an editable install
         return None
 
 
@@ -200,6 +200,6 @@ def _checkout_version() -> Optional[str]:
         import hermes_cli
 
         value = hermes_cli.__version__
-    except Exception:
+    except Exception:  # no hermes_cli or no __version__: the version is unknown (None)
         return None
     return value if isinstance(value, str) and value else None

@@ -18,7 +18,7 @@ def bundled_engines_dir() -> Optional[Path]:
     """``plugins/context_engine/`` inside the installed Hermes, or None."""
     try:
         import plugins.context_engine as pce
-    except Exception:
+    except Exception:  # no Hermes (no plugins.context_engine): no bundled directory
         return None
     return Path(pce.__file__).resolve().parent
 
@@ -27,7 +27,7 @@ def supports_user_engines() -> bool:
     """Head Hermes also loads engines from ``$HERMES_HOME/plugins/<name>/``."""
     try:
         import plugins.context_engine as pce
-    except Exception:
+    except Exception:  # no Hermes' engine loader: no user engine directories either
         return False
     return hasattr(pce, "find_engine_dir") or hasattr(pce, "_iter_engine_dirs")
 
@@ -38,7 +38,7 @@ def directory_engine_names() -> list:
     Hermes has them, its user-installed engine directories). Empty without Hermes."""
     try:
         import plugins.context_engine as pce
-    except Exception:
+    except Exception:  # no Hermes' engine loader: no directory engine names
         return []
     names = set()
     iterate = getattr(pce, "_iter_engine_dirs", None)
@@ -61,7 +61,7 @@ def entry_points():
     """The ``hermes_agent.plugins`` entry points installed in this environment."""
     try:
         return list(md.entry_points(group=ENTRY_POINTS_GROUP))
-    except Exception:
+    except Exception:  # broken distribution metadata: no entry points known
         return []
 
 
@@ -86,7 +86,7 @@ def reset_plugin_discovery() -> None:
     ``observed:`` section) afresh for the current HERMES_HOME. No-op without Hermes."""
     try:
         import hermes_cli.plugins as hp
-    except Exception:
+    except Exception:  # no Hermes: no plugin manager to forget (a no-op, as documented)
         return
     hp._plugin_manager = None
 
@@ -107,14 +107,14 @@ def engine_manifest(name: str) -> Optional[Dict[str, Any]]:
             continue
         try:
             spec = importlib.util.find_spec(ep.module.split(":")[0])
-        except Exception:
+        except Exception:  # the entry point's package fails to import or is malformed: no manifest there
             spec = None
         if spec is not None and spec.origin:
             candidates.append(Path(spec.origin).parent / "plugin.yaml")
     for path in candidates:
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
-        except Exception:
+        except Exception:  # unreadable or invalid plugin.yaml: the next candidate, else None
             continue
         if isinstance(data, dict):
             return data

@@ -18,7 +18,7 @@ def compaction_summary_body(content: Any) -> Optional[str]:
     other message, or without Hermes."""
     try:
         from agent.context_compressor import ContextCompressor as cc
-    except Exception:
+    except Exception:  # no Hermes: no summary format to recognise (None)
         return None
     if not isinstance(content, str):
         return None
@@ -26,7 +26,7 @@ def compaction_summary_body(content: Any) -> Optional[str]:
         if not cc._is_context_summary_content(content):
             return None
         return cc._strip_summary_prefix(content)
-    except Exception:
+    except Exception:  # a Hermes without these private helpers, or they raised: not a summary
         return None
 
 
@@ -153,7 +153,7 @@ def replay_logs(home: os.PathLike | str):
     top = Path(home).resolve()
     try:
         import run_agent
-    except Exception:
+    except Exception:  # no Hermes, or run_agent fails to import: no home to redirect (fails open)
         run_agent = None
     had = run_agent is not None and hasattr(run_agent, "_hermes_home")
     before = getattr(run_agent, "_hermes_home", None)
@@ -176,7 +176,7 @@ def _close_logs_under(top: Path) -> None:
             closed.append(handler)
     try:
         import hermes_logging as hl
-    except Exception:
+    except Exception:  # no Hermes or no hermes_logging: only the root logger's handlers are closed
         hl = None
     queued = getattr(hl, "_queued_file_handlers", None)
     lock = getattr(hl, "_queue_state_lock", None)

@@ -27,14 +27,14 @@ def plugin_gates() -> Dict[str, Any]:
             from utils import env_var_enabled
 
             safe_mode = bool(env_var_enabled(SAFE_MODE_ENV))
-        except Exception:
+        except Exception:  # no utils.env_var_enabled (older Hermes): HERMES_SAFE_MODE read with truthy()
             safe_mode = truthy(os.environ.get(SAFE_MODE_ENV), False)
     try:
         from hermes_cli.plugins import _get_disabled_plugins, _get_enabled_plugins
 
         enabled = _get_enabled_plugins()
         disabled = _get_disabled_plugins()
-    except Exception:
+    except Exception:  # an older Hermes without these helpers: plugins.* read from config.yaml
         plugins_cfg = load_config(log_errors=False).get("plugins")
         plugins_cfg = plugins_cfg if isinstance(plugins_cfg, Mapping) else {}
         raw_enabled, raw_disabled = plugins_cfg.get("enabled"), plugins_cfg.get("disabled")
@@ -52,7 +52,7 @@ def _honours_safe_mode() -> bool:
     loads plugins whatever it says): its plugin module's source names the variable."""
     try:
         import hermes_cli.plugins as hp
-    except Exception:
+    except Exception:  # no plugin module to read: a current Hermes is assumed, as below
         return True
     key = getattr(hp, "__file__", None) or ""
     if key not in _SAFE_MODE_SUPPORT:
@@ -105,7 +105,7 @@ def simulate_selection(engine_name: str, *, directory: bool = True) -> Dict[str,
             super().register_context_engine(engine)
             try:
                 engine_label = engine.name
-            except Exception:
+            except Exception:  # an engine whose name raises: recorded without a name (None)
                 engine_label = None
             records.append({"plugin": self.manifest.name, "engine": engine_label,
                             "accepted": self._manager._context_engine is engine})
@@ -124,7 +124,7 @@ def simulate_selection(engine_name: str, *, directory: bool = True) -> Dict[str,
                 candidate = hp.get_plugin_context_engine()
                 try:
                     out["plugin_engine"] = None if candidate is None else candidate.name
-                except Exception:
+                except Exception:  # the plugin engine's name raised: "?", which matches no requested name
                     out["plugin_engine"] = "?"
                 if candidate is not None and out["plugin_engine"] == engine_name:
                     try:

@@ -446,5 +446,5 @@ def _as_int(value) -> int:
         return 0
     try:
         return int(value)
-    except Exception:
+    except Exception:  # inf or NaN (OverflowError/ValueError): 0, as for a value that is not a number
         return 0

@@ -43,7 +43,7 @@ def _tighten_timer_slack(ns: int):
         if prctl(_PR_SET_TIMERSLACK, ns, 0, 0, 0) != 0:
             return None
         return prctl(_PR_GET_TIMERSLACK, 0, 0, 0, 0)
-    except Exception:
+    except Exception:  # no ctypes/libc prctl here (or refused): None, the kernel's default slack stays
         return None
 
 

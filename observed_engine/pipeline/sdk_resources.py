@@ -78,7 +78,7 @@ def _import_psutil_into(module: ModuleType) -> None:
         real = importlib.import_module(_PSUTIL)
     except ImportError:
         real = None
-    except Exception:
+    except Exception:  # psutil's import breaks (not ImportError): the module's psutil is left as it is
         return
     try:
         setattr(module, _PSUTIL, real)
@@ -101,7 +101,7 @@ def import_sdk_resources() -> ModuleType:
     sys.meta_path.insert(0, finder)
     try:
         module = importlib.import_module(_SDK_RESOURCES)
-    except Exception:
+    except Exception:  # retried below without the finder: a plain import, whose error reaches the caller
         module = None
     finally:
         try:
@@ -120,6 +120,6 @@ def import_sdk_resources() -> ModuleType:
                 setattr(module, _PSUTIL, sys.modules[_PSUTIL])
             else:
                 setattr(module, _PSUTIL, _LazyPsutil(module))
-    except Exception:
+    except Exception:  # psutil cannot be read or set there: imported into the module now, as the SDK does
         _import_psutil_into(module)
     return module

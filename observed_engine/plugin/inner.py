@@ -162,5 +162,5 @@ def _load_entry_point_engine(name: str):
 def _engine_name(engine) -> Optional[str]:
     try:
         return engine.name
-    except Exception:
+    except Exception:  # an engine whose name property raises: None, which matches no requested name
         return None

@@ -17,7 +17,7 @@ def overridden_hooks(engine) -> Dict[str, bool]:
 def tool_names(engine) -> list:
     try:
         schemas = engine.get_tool_schemas() or []
-    except Exception:
+    except Exception:  # doctor reports on any engine: one whose get_tool_schemas raises lists no tools
         return []
     names = []
     for schema in schemas:

@@ -42,7 +42,7 @@ def _read_ranks(path, expected_hash):
         return None
     try:
         ranks = marshal.loads(payload)
-    except Exception:
+    except Exception:  # another Python's marshal format: None, the ranks are parsed again and rewritten
         return None
     return ranks if isinstance(ranks, dict) else None
 

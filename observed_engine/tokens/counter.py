@@ -424,7 +424,7 @@ class TokenCounter:
             if not isinstance(messages, Sequence):
                 messages = list(messages)
             tail = messages[start:]
-        except Exception:
+        except Exception:  # an iterable that raises when listed, or a slice that raises: no tokens counted
             return 0
         return self.count_messages(tail)
 

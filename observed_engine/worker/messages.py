@@ -23,6 +23,6 @@ def message_problem(messages) -> Optional[str]:
                 return f"message_content_{type(content).__name__}"
             if tool_calls is not None and not isinstance(tool_calls, list):
                 return f"message_tool_calls_{type(tool_calls).__name__}"
-    except Exception:
+    except Exception:  # hot path: items that cannot be read; reported as the bad-input kind below
         return "message_unreadable"
     return None

@@ -26,7 +26,7 @@ def resolve(engine_class: type, raw: Optional[tuple], engine=None) -> Optional[T
                 return None
             values.append(value)
         return tuple(values)   # type: ignore[return-value]
-    except Exception:
+    except Exception:  # hot path: a class or value that cannot be read: None, as for a non-number
         return None
 
 
@@ -37,7 +37,7 @@ def backing_value(engine, name: str):
         return MISSING
     try:
         return object.__getattribute__(engine, "__dict__").get(field, MISSING)
-    except Exception:
+    except Exception:  # hot path: no instance __dict__ (slots): MISSING, as for no backing field
         return MISSING
 
 
@@ -97,7 +97,7 @@ def blocked_reasons(engine, now_monotonic: float) -> Tuple[frozenset, Optional[f
         get = object.__getattribute__(engine, "__dict__").get
         until, ineffective, streak, own = (get(BLOCK_FIELDS[0]), get(BLOCK_FIELDS[1]), get(BLOCK_FIELDS[2]),
                                            get(BLOCK_FIELDS[3]))
-    except Exception:
+    except Exception:  # hot path: no instance __dict__ (slots): not blocked (see docstring)
         return _NOT_BLOCKED, None
     if not (ineffective or streak or own) and not (_number(until) and until > now_monotonic):
         return _NOT_BLOCKED, None     # the usual case, on every decision and response
@@ -119,7 +119,7 @@ def cooldown_ended_at(engine, now_monotonic: float) -> Optional[float]:
     """The monotonic time a summary cooldown ended at (the engine's deadline, already past), or None."""
     try:
         until = object.__getattribute__(engine, "__dict__").get(BLOCK_FIELDS[0])
-    except Exception:
+    except Exception:  # hot path: no instance __dict__ (slots): no deadline, the row takes the event's time
         return None
     return float(until) if _number(until) and 0 < until <= now_monotonic else None
 
@@ -130,7 +130,7 @@ def live_numbers(engine) -> Tuple[object, object]:
     try:
         get = object.__getattribute__(engine, "__dict__").get
         return get("threshold_tokens", MISSING), get("context_length", MISSING)
-    except Exception:
+    except Exception:  # hot path: no instance __dict__ (slots): MISSING, as for fields it does not hold
         return MISSING, MISSING
 
 
@@ -140,5 +140,5 @@ def live_state(engine, engine_class: type) -> Optional[Tuple[float, float, float
     try:
         state = object.__getattribute__(engine, "__dict__")
         return resolve(engine_class, tuple(state.get(name, MISSING) for name in STATE_FIELDS), engine)
-    except Exception:
+    except Exception:  # hot path: no instance __dict__ (slots), or a class unreadable: None, no live numbers
         return None

@@ -38,7 +38,7 @@ def session_db_path(engine: Any) -> Optional[str]:
         if db is None:
             return None
         path = object.__getattribute__(db, "__dict__").get("db_path")
-    except Exception:
+    except Exception:  # hot path: no instance __dict__ on the engine or its DB: no state.db, no usage read
         return None
     if isinstance(path, (str, Path)) and str(path) and str(path) != ":memory:":
         return str(path)
