@@ -162,7 +162,8 @@ def schema_for(engine: str, user_config: Optional[Mapping[str, Any]] = None) -> 
         keys.update({AUX_PREFIX + k: v for k, v in host.config_defaults("auxiliary", "compression").items()
                      if not isinstance(v, dict)})
         return Schema(engine, keys, "compression", "Hermes' compression: section", BUILTIN_CHECKS)
-    manifest = host.engine_manifest(engine) or {}
+    problems: list = []
+    manifest = host.engine_manifest(engine, problems) or {}
     declared = manifest.get("config") if isinstance(manifest.get("config"), dict) else None
     if engine in ENV_ROUTES and declared:
         flat = {k: v for k, v in declared.items() if not isinstance(v, dict)}
@@ -172,6 +173,9 @@ def schema_for(engine: str, user_config: Optional[Mapping[str, Any]] = None) -> 
     section = (user_config or {}).get(engine)
     if isinstance(section, dict) and section:
         return Schema(engine, _flatten(section), "section", f"the {engine}: section of config.yaml")
+    if problems:
+        raise VariantError(f"cannot validate settings for engine {engine!r}: its plugin.yaml cannot be read: "
+                           f"{problems[0]}; fix: correct the file, or reinstall the engine")
     raise VariantError(f"cannot validate settings for engine {engine!r}: it ships no plugin.yaml with a config: "
                        f"section and config.yaml has no {engine}: section; fix: install it, or give its settings in "
                        f"config.yaml's {engine}: section")

@@ -91,9 +91,10 @@ def reset_plugin_discovery() -> None:
     hp._plugin_manager = None
 
 
-def engine_manifest(name: str) -> Optional[Dict[str, Any]]:
+def engine_manifest(name: str, problems: Optional[List[str]] = None) -> Optional[Dict[str, Any]]:
     """The ``plugin.yaml`` an engine ships (a bundled directory engine's, or a pip plugin's next
-    to the module its entry point names), parsed; None when there is none."""
+    to the module its entry point names), parsed; None when there is none. A ``plugin.yaml`` that
+    cannot be read or parsed is skipped and, given ``problems``, named there (path: error)."""
     import importlib.util
 
     import yaml
@@ -114,7 +115,9 @@ def engine_manifest(name: str) -> Optional[Dict[str, Any]]:
     for path in candidates:
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8")) if path.is_file() else None
-        except Exception:  # unreadable or invalid plugin.yaml: the next candidate, else None
+        except Exception as exc:  # unreadable or invalid plugin.yaml: the next candidate, else None
+            if problems is not None:
+                problems.append(f"{path}: {' '.join(str(exc).split())}")
             continue
         if isinstance(data, dict):
             return data

@@ -77,6 +77,25 @@ def test_a_bad_variant_is_one_clear_line(text, message):
     assert message in str(exc.value) and "\n" not in str(exc.value)
 
 
+def test_an_engine_whose_plugin_yaml_is_broken_is_named_with_the_file(tmp_path, monkeypatch):
+    """A pip engine whose plugin.yaml is not valid YAML: the line says so and names the file (it
+    used to say that the engine ships no plugin.yaml)."""
+    from support.entry_points import engine_plugin, forget_modules, on_path
+
+    site = tmp_path / "site"
+    module = engine_plugin(site, "yamlbroken")
+    (site / "plugin.yaml").write_text("name: yamlbroken\nconfig:\n  keep: [1, 2\n", encoding="utf-8")
+    on_path(monkeypatch, site)
+    try:
+        with pytest.raises(VariantError) as exc:
+            parse_variants("yamlbroken@keep=3")
+    finally:
+        forget_modules(module)
+    text = str(exc.value)
+    assert "its plugin.yaml cannot be read" in text and str(site / "plugin.yaml") in text, text
+    assert "\n" not in text
+
+
 def test_bad_variants_and_grids_exit_2_with_one_line(tmp_path, capsys):
     home = tmp_path / "home"
     home.mkdir()
