@@ -45,6 +45,7 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 from .. import host
 from ..version import __version__
 from . import report as report_mod
+from . import request_memo
 from .sessions import Conversation
 from .variants import BUILTIN, Variant, VariantError, make
 
@@ -256,6 +257,7 @@ class Replayer:
         os.environ.setdefault(TOKENIZER_PROCESS_ENV, "0")
         self.server = ReplayServer([], model="replay-model", context_length=128_000).start()
         self._servers: Dict[str, Any] = {}
+        self.request_memo = request_memo.install()      # the SDK's per-request walk, once per message
 
     def server_for(self, usage: str):
         from .replay_server import ReplayServer
@@ -297,6 +299,9 @@ class Replayer:
             os.environ.pop(SCRATCH_ENV, None)
         if self._tokenizer_env_set:     # a serial sweep inside another program leaves its env as it was
             os.environ.pop(TOKENIZER_PROCESS_ENV, None)
+        if self.request_memo is not None:
+            request_memo.uninstall()
+            self.request_memo = None
         import shutil
 
         shutil.rmtree(self._scratch, ignore_errors=True)

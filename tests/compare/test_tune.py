@@ -24,7 +24,7 @@ from support.paths import REPO
 
 from observed_engine import host
 from observed_engine.cli import main
-from observed_engine.compare import fidelity, objective, sweep
+from observed_engine.compare import fidelity, objective, request_memo, sweep
 from observed_engine.compare.replay import replay
 from observed_engine.compare.report import summarise_replay
 from observed_engine.compare.sessions import read_conversations
@@ -177,7 +177,7 @@ def _jobs(out: Path) -> dict:
 def serial(month, tmp_path_factory):
     out = tmp_path_factory.mktemp("tune") / "serial"
     rep = run_tune(hermes_home=str(month["home"]), grids=GRID, jobs=1, out=out, progress=None)
-    return {"report": rep, "out": out}
+    return {"report": rep, "out": out, "memo": request_memo.last_stats}
 
 
 def _shape(compressions):
@@ -201,6 +201,9 @@ def test_the_current_settings_reproduce_the_live_compressions(month, serial):
 
 
 def test_the_recommendation_is_the_sum_of_individual_replays(month, serial):
+    """The sweep replays with the request memo on; the individual replays here without it."""
+    memo = serial["memo"]
+    assert memo is not None and memo["disabled"] is None and memo["hits"] > memo["misses"], memo
     rep = serial["report"]
     rec = rep["recommendation"]
     assert rec["best"] is not None and rec["current"] == "compressor"
