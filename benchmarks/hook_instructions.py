@@ -25,6 +25,7 @@ in a small process (no Hermes).
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
@@ -286,7 +287,10 @@ def main(argv=None) -> int:
                 rest = (total - bare_total * n / calls) / n - accounted
                 print(f"      {'the interpreter (bytecodes, frame), rest':48s} {rest:+8.0f}")
         print()
-    print(f"callgrind files: {workdir}")
+    if os.environ.get("OBSERVED_BENCH_KEEP") == "1":
+        print(f"callgrind files: {workdir}")
+    else:
+        print("callgrind files: removed at exit (OBSERVED_BENCH_KEEP=1 keeps them)")
     return 0
 
 
