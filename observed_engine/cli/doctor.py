@@ -235,7 +235,7 @@ def check_inner_engine(ctx: Context) -> List[Result]:
                        or "set observed.inner to an installed engine (`hermes plugins` lists them), "
                        "or to compressor; until then observed wraps the built-in compressor")]
     hooks = hp.overridden_hooks(inner)
-    tools = hp.tool_names(inner)
+    tools, tools_problem = hp.tool_report(inner)
     inner_report.update({
         "route": inner_route, "class": f"{type(inner).__module__}.{type(inner).__qualname__}",
         "overrides": sorted(h for h, v in hooks.items() if v), "tools": tools,
@@ -245,6 +245,12 @@ def check_inner_engine(ctx: Context) -> List[Result]:
              f"tools={','.join(tools) if tools else 'none'}"]
     detail = f"{inner_name} via {inner_route} ({inner_report['class']}); " + " ".join(flags)
     results = [result("inner engine", "ok", detail)]
+    if tools_problem is not None:
+        inner_report["tools_error"] = tools_problem
+        results.append(result("inner tools", "fail",
+                              f"{inner_name}.get_tool_schemas() raised {tools_problem}: Hermes calls it while "
+                              "building each agent (0.19.0 does not catch it there)",
+                              "fix the engine's get_tool_schemas(), or set observed.inner to compressor"))
     abc = host.context_engine_abc()
     head_only = [h for h in ("select_context", "on_turn_complete")
                  if abc is not None and hooks[h] and not hasattr(abc, h)]

@@ -45,7 +45,7 @@ from .inner import (  # noqa: F401  (re-exported)
     build_inner,
     build_inner_or_fallback,
 )
-from .introspection import overridden_hooks, tool_names  # noqa: F401  (re-exported)
+from .introspection import overridden_hooks, tool_names, tool_report  # noqa: F401  (re-exported)
 from .section import DEFAULT_INNER, load_hermes_config, observed_section, validate_section  # noqa: F401
 from .state import _building, _state, dry_run  # noqa: F401  (re-exported)
 

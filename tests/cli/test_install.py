@@ -137,6 +137,25 @@ def test_repository_plugin_dir_is_the_packaged_copy():
     assert meta["description"]
 
 
+def test_doctor_fails_an_inner_whose_tool_schemas_raise(home, engines_dir, capsys):
+    """Hermes calls get_tool_schemas() while it builds each agent; doctor used to list such an
+    engine as "tools=none" with the verdict OK."""
+    (engines_dir / "toolsbroken").mkdir()
+    (engines_dir / "toolsbroken" / "__init__.py").write_text(
+        TEST_ENGINE.replace('name = "lcmtest"', 'name = "toolsbroken"').replace(
+            'return [{"name": "lcm_grep"', 'raise RuntimeError("schema table missing")\n        return [{"name": "x"'),
+        encoding="utf-8")
+    (home / "config.yaml").write_text(ORIGINAL.replace("engine: lcmtest", "engine: toolsbroken"), encoding="utf-8")
+    code, out = run(capsys, "install", "--hermes-home", str(home), "--route", "bundled")
+    assert code == 0, out
+    code, out = run(capsys, "doctor", "--hermes-home", str(home))
+    assert code != 0 and "verdict: OK" not in out, out
+    line = next(ln for ln in out.splitlines() if "inner tools" in ln)
+    assert "[FAIL]" in line and "toolsbroken.get_tool_schemas() raised RuntimeError: schema table missing" in line
+    code, out = run(capsys, "doctor", "--hermes-home", str(home), "--json")
+    assert json.loads(out)["inner"]["tools_error"] == "RuntimeError: schema table missing"
+
+
 def test_missing_plugin_files_are_an_operator_error(home, engines_dir, capsys, monkeypatch):
     monkeypatch.setattr(cli_paths, "PLUGIN_FILES_DIR", "no-such-dir")
     code, out = run(capsys, "install", "--hermes-home", str(home), "--route", "bundled")
