@@ -40,6 +40,7 @@ observed/bare ratios, plus each run's figures.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -232,14 +233,10 @@ def _config(mode: str, base_url: str, prom_port: int, otlp_url: str | None) -> s
     return text
 
 
-_pycache: list = []
-
-
+@functools.cache
 def pycache() -> str:
     """The children's shared bytecode cache, made once by the parent (a child never makes one)."""
-    if not _pycache:
-        _pycache.append(scratch_dir("oe-bench-pycache-"))
-    return _pycache[0]
+    return scratch_dir("oe-bench-pycache-")
 
 
 def run_one(mode: str, workload: str, turns: int, base_url: str, otlp_url: str | None) -> dict:

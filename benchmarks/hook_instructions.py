@@ -25,7 +25,6 @@ in a small process (no Hermes).
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import subprocess
@@ -34,7 +33,7 @@ from collections import deque
 from itertools import filterfalse, repeat
 from pathlib import Path
 
-from scratch import scratch_dir
+from scratch import kept, scratch_dir
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -287,7 +286,7 @@ def main(argv=None) -> int:
                 rest = (total - bare_total * n / calls) / n - accounted
                 print(f"      {'the interpreter (bytecodes, frame), rest':48s} {rest:+8.0f}")
         print()
-    if os.environ.get("OBSERVED_BENCH_KEEP") == "1":
+    if kept():
         print(f"callgrind files: {workdir}")
     else:
         print("callgrind files: removed at exit (OBSERVED_BENCH_KEEP=1 keeps them)")

@@ -16,6 +16,11 @@ _made: list = []
 _owner = os.getpid()
 
 
+def kept() -> bool:
+    """Does this run keep its scratch directories (``OBSERVED_BENCH_KEEP=1``)?"""
+    return os.environ.get("OBSERVED_BENCH_KEEP") == "1"
+
+
 def scratch_dir(prefix: str) -> str:
     path = tempfile.mkdtemp(prefix=prefix)
     _made.append(path)
@@ -24,7 +29,7 @@ def scratch_dir(prefix: str) -> str:
 
 @atexit.register
 def _remove() -> None:
-    if os.getpid() != _owner or os.environ.get("OBSERVED_BENCH_KEEP") == "1":
+    if os.getpid() != _owner or kept():
         return
     for path in _made:
         shutil.rmtree(path, ignore_errors=True)

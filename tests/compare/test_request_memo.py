@@ -9,21 +9,9 @@ import logging
 import openai
 import pytest
 from openai.resources.chat.completions import completions as sdk_module
+from support.fake_llm_server import FakeLLMServer
 
 from observed_engine.compare import request_memo
-from observed_engine.loopback_llm import LoopbackChatServer
-
-
-class Recorder(LoopbackChatServer):
-    def __init__(self):
-        self.bodies = []
-        super().__init__()
-
-    def respond(self, body):
-        self.bodies.append(json.dumps(body, ensure_ascii=False))     # key order kept by json.loads
-        return {"role": "assistant", "content": "ok"}, {"prompt_tokens": 1, "completion_tokens": 1,
-                                                         "total_tokens": 2}
-
 
 TOOLS = [{"type": "function", "function": {"name": "read_file", "description": "Read a file",
                                            "parameters": {"type": "object", "properties": {
@@ -71,15 +59,15 @@ def memo():
 
 def test_the_sdk_sends_the_same_bytes_with_the_memo(memo):
     streams = [False, True] * 20                      # past CHECK_FIRST: memo answers unchecked too
-    with Recorder() as server:
+    with FakeLLMServer(reply_chars=20) as server:
         client = openai.OpenAI(base_url=server.base_url, api_key="x", max_retries=0)
         send_turns(client, streams)
-        with_memo = list(server.bodies)
+        with_memo = [json.dumps(body, ensure_ascii=False) for body in server.requests]   # key order kept
         request_memo.uninstall()
         try:
-            server.bodies.clear()
+            server.requests.clear()
             send_turns(client, streams)
-            without = list(server.bodies)
+            without = [json.dumps(body, ensure_ascii=False) for body in server.requests]
         finally:
             request_memo.install()
     assert with_memo == without and len(with_memo) == len(streams)
