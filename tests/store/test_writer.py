@@ -370,3 +370,29 @@ def test_the_writer_keeps_up_beside_a_busy_python_thread(tmp_path):
         writer.close()
     assert writer.rows_written == 2001 and writer.rows_dropped == 0
     assert took < 3.0, f"2,000 rows took {took:.1f} s beside a busy thread"
+
+
+def test_the_writers_page_cache_is_bounded_below_sqlites_default(tmp_path):
+    """A long-lived writer caches at most WRITER_CACHE_KIB of pages: with SQLite's 2,000 KiB, a
+    gateway's resident memory grew with the file (benchmarks/memory.py: +0.23 MB per 100 sessions;
+    flat with 256 KiB). Readers (the dashboard) keep SQLite's default."""
+    from observed_engine.store.connection import WRITER_CACHE_KIB
+
+    default = sqlite3.connect(":memory:").execute("PRAGMA cache_size").fetchone()[0]
+    path = tmp_path / "s.sqlite"
+    writer = connect(path)
+    reader = connect(path, readonly=True)
+    try:
+        assert writer.execute("PRAGMA cache_size").fetchone()[0] == -WRITER_CACHE_KIB
+        assert default < -WRITER_CACHE_KIB      # both negative: KiB; the default is -2000
+        assert reader.execute("PRAGMA cache_size").fetchone()[0] == default
+    finally:
+        writer.close()
+        reader.close()
+    w = StoreWriter(path, retention_days=36500)
+    try:
+        w.submit([row_from({"ts": time.time(), "engine": "compressor", "hook": "compress", "event": "call"})])
+        assert w.flush(10)
+        assert w._conn.execute("PRAGMA cache_size").fetchone()[0] == -WRITER_CACHE_KIB
+    finally:
+        w.close()
