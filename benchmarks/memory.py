@@ -2,6 +2,7 @@
 one gateway-like process.
 
     python benchmarks/memory.py [--rounds 3] [--turns 12] [--sessions 1000] [--sample-every 100]
+                                [--modes bare,observed]   (--rounds 0: the gateway only)
 
 Each run is a fresh process running a real Hermes ``run_agent.AIAgent`` against the loopback fake LLM
 (``tests/support/fake_llm_server.py``, in this, the parent, process), configured as
@@ -152,12 +153,32 @@ def _growth_per_100(samples: list) -> float:
     return 100 * sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / den if den else float("nan")
 
 
+def _print_sessions(args, modes, sessions) -> None:
+    print(f"\n== session: {args.turns} turns, medians of {args.rounds} runs per mode (MB)")
+    for mode in modes:
+        runs = sessions[mode]
+        print(f"  {mode:9s} RSS {statistics.median(r['self']['rss_mb'] for r in runs):7.1f}  "
+              f"peak {statistics.median(r['self']['hwm_mb'] for r in runs):7.1f}  "
+              f"token helper RSS {statistics.median(r['helper']['rss_mb'] for r in runs):6.1f} "
+              f"(peak {statistics.median(r['helper']['hwm_mb'] for r in runs):6.1f})  "
+              f"compressions {statistics.median(r['compressions'] for r in runs):.0f}")
+    if set(modes) != {"bare", "observed"}:
+        return
+    d_rss = statistics.median(o["self"]["rss_mb"] - b["self"]["rss_mb"]
+                              for o, b in zip(sessions["observed"], sessions["bare"]))
+    d_hwm = statistics.median(o["self"]["hwm_mb"] - b["self"]["hwm_mb"]
+                              for o, b in zip(sessions["observed"], sessions["bare"]))
+    print(f"  observed - bare: RSS {d_rss:+.1f} MB, peak {d_hwm:+.1f} MB (paired medians; the helper's own "
+          "memory is in its line above)")
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3, help="session runs per mode")
     parser.add_argument("--turns", type=int, default=12)
     parser.add_argument("--sessions", type=int, default=1000, help="gateway sessions per mode (0: skip)")
     parser.add_argument("--sample-every", type=int, default=100)
+    parser.add_argument("--modes", default="bare,observed", help="which of bare,observed to run")
     parser.add_argument("--child", nargs=5, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -167,26 +188,14 @@ def main(argv=None) -> int:
 
     from support.fake_llm_server import FakeLLMServer
 
-    modes = ("bare", "observed")
+    modes = tuple(m for m in ("bare", "observed") if m in args.modes.split(","))
     with FakeLLMServer(model=ap.MODEL, context_length=ap.CONTEXT_LENGTH, reply_chars=ap.REPLY_CHARS) as llm:
         sessions = {m: [] for m in modes}
         for r in range(args.rounds):
             for mode in (modes if r % 2 == 0 else modes[::-1]):
                 sessions[mode].append(run_one(mode, "session", args, llm.base_url))
-        print(f"\n== session: {args.turns} turns, medians of {args.rounds} runs per mode (MB)")
-        for mode in modes:
-            runs = sessions[mode]
-            print(f"  {mode:9s} RSS {statistics.median(r['self']['rss_mb'] for r in runs):7.1f}  "
-                  f"peak {statistics.median(r['self']['hwm_mb'] for r in runs):7.1f}  "
-                  f"token helper RSS {statistics.median(r['helper']['rss_mb'] for r in runs):6.1f} "
-                  f"(peak {statistics.median(r['helper']['hwm_mb'] for r in runs):6.1f})  "
-                  f"compressions {statistics.median(r['compressions'] for r in runs):.0f}")
-        d_rss = statistics.median(o["self"]["rss_mb"] - b["self"]["rss_mb"]
-                                  for o, b in zip(sessions["observed"], sessions["bare"]))
-        d_hwm = statistics.median(o["self"]["hwm_mb"] - b["self"]["hwm_mb"]
-                                  for o, b in zip(sessions["observed"], sessions["bare"]))
-        print(f"  observed - bare: RSS {d_rss:+.1f} MB, peak {d_hwm:+.1f} MB (paired medians; the helper's own "
-              "memory is in its line above)")
+        if args.rounds > 0:
+            _print_sessions(args, modes, sessions)
         if args.sessions > 0:
             print(f"\n== gateway: {args.sessions} sessions of {GATEWAY_TURNS} turns in one process")
             for mode in modes:
