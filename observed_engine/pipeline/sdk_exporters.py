@@ -24,6 +24,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from .. import failsafe
 from ..settings import Settings
 from .providers import BuiltProviders, ErrorCounter
 
@@ -61,6 +62,12 @@ class _FailureCounting:
             logger.warning("observed-engine: %s export failed (%s); %s are dropped, hooks are not slowed",
                            self._component, exc or "exporter returned failure", self._signal)
 
+    def _flush_failed(self, exc: BaseException) -> bool:
+        """The wrapped exporter's force_flush raised: counted as this component's error and logged
+        once per kind (failsafe.note); what it held may not have been sent. False: not flushed."""
+        failsafe.note(self._component, exc, self._count_error)
+        return False
+
 
 class CountingSpanExporter(_FailureCounting, SpanExporter):
     """Counts and logs (once) failed exports of the wrapped exporter."""
@@ -88,8 +95,8 @@ class CountingSpanExporter(_FailureCounting, SpanExporter):
     def force_flush(self, timeout_millis: int = 30000):
         try:
             return self._inner.force_flush(timeout_millis)
-        except Exception:  # False is the SDK's "not flushed"; the batches went through export(), which counts
-            return False
+        except Exception as exc:  # the SDK's "not flushed", and the exporter's fault counted
+            return self._flush_failed(exc)
 
 
 class CountingMetricExporter(_FailureCounting, MetricExporter):
@@ -117,8 +124,8 @@ class CountingMetricExporter(_FailureCounting, MetricExporter):
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         try:
             return self._inner.force_flush(timeout_millis)
-        except Exception:  # False is the SDK's "not flushed"; the data went through export(), which counts
-            return False
+        except Exception as exc:  # the SDK's "not flushed", and the exporter's fault counted
+            return self._flush_failed(exc)
 
     def shutdown(self, timeout_millis: float = 30_000, **_kwargs) -> None:
         try:
