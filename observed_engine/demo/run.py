@@ -50,6 +50,15 @@ def main(argv: Optional[List[str]] = None) -> int:
         return _run(args, directory, store, home, port, note)
 
 
+def observe_requests(traffic: Traffic, router_every: int) -> Optional[str]:
+    """Have the router sessions' selections made on Hermes' request hook; the line to print when
+    this Hermes has no such hook (its router sessions then record no select_context)."""
+    if host.add_request_observer(traffic.on_request) or not router_every:
+        return None
+    return ("demo: this Hermes offers no pre_api_request plugin hook, so the router sessions make no "
+            "selections: the dashboard shows no select_context rows for them")
+
+
 def _run(args: argparse.Namespace, directory: Path, store: Path, home: Path,
          port: Optional[int], port_note: Optional[str]) -> int:
     try:
@@ -75,7 +84,9 @@ def _run(args: argparse.Namespace, directory: Path, store: Path, home: Path,
     host.reset_plugin_discovery()
     traffic = Traffic(llm, router_engine(settings, args.context_length), args.sessions, args.turn_delay,
                       router_every=args.router_every)
-    host.add_request_observer(traffic.on_request)
+    note = observe_requests(traffic, args.router_every)
+    if note:
+        print(note)
 
     log = directory / "dashboard.log"
     dashboard = None if args.no_dashboard else start_dashboard(store, args.host, port, log=log)

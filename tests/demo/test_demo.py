@@ -453,3 +453,31 @@ def test_listens_tells_a_process_s_own_listening_socket():
         assert demo.listens(os.getpid(), mine.getsockname()[1]) is True
         assert demo.listens(os.getpid(), bound_only.getsockname()[1]) is False      # not listening
         assert demo.listens(os.getppid(), mine.getsockname()[1]) is False           # another process
+
+
+def test_router_sessions_without_a_request_hook_are_said(monkeypatch):
+    """The demo's router sessions select on Hermes' pre_api_request hook; a Hermes without it
+    (no plugin manager) makes the demo say so instead of showing router sessions with no rows."""
+    import hermes_cli.plugins as plugins
+
+    from observed_engine.demo.run import observe_requests
+
+    class Traffic:
+        def on_request(self, **_kw):
+            pass
+
+    traffic = Traffic()
+    manager = plugins.get_plugin_manager()
+    try:
+        assert observe_requests(traffic, router_every=3) is None           # the real hook: registered
+        assert traffic.on_request in manager._hooks["pre_api_request"]
+    finally:
+        manager._hooks["pre_api_request"].remove(traffic.on_request)
+
+    def no_manager():
+        raise RuntimeError("no plugin manager in this Hermes")
+
+    monkeypatch.setattr(plugins, "get_plugin_manager", no_manager)
+    line = observe_requests(traffic, router_every=3)
+    assert line is not None and "pre_api_request" in line and "select_context" in line
+    assert observe_requests(traffic, router_every=0) is None              # no router sessions: nothing to say
