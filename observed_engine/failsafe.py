@@ -1,16 +1,11 @@
 """Telemetry never raises into the host: the one guard for that rule.
 
-``with swallowed("component", count):`` runs a block of the wrapper's own work (an export, a
-store statement, a teardown step) and swallows what it raises: counted with ``count(component)``
-(a pipeline's ``count_error``: ``hermes_context_engine_telemetry_errors_total{component}``) and
-logged once per (component, exception type), as sentry-python's ``capture_internal_exceptions``
-does. :func:`note` is the same accounting for a handler that must go on with a fallback value.
-``KeyboardInterrupt`` and ``SystemExit`` pass through.
+``with swallowed("component", count):`` and :func:`note` swallow an ``Exception``, count it with
+the pipeline's ``count_error`` and log the first of each kind. When editing: not for the hook
+path or the worker's per-event loop (a plain ``try``/``except`` with a "hot path:" comment
+there); stdlib only in the bottom layer, the counter passed in, never imported.
 
-Not for the hook path (``capture/``) or the worker's per-event loop: a context manager costs a
-call there; those keep a plain ``try``/``except`` with a "hot path:" comment. Stdlib only, in
-the bottom layer, so the store and the worker can use it: the counter is passed in, never
-imported (docs/design/architecture.md).
+The full account: docs/design/internals.md, *observed_engine/failsafe.py*.
 """
 
 from __future__ import annotations

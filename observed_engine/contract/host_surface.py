@@ -1,17 +1,11 @@
 """The engine names the host uses that are not hooks: the other half of the host's surface.
 
-``hooks.HOOK_SPECS`` lists the engine methods we trace. The host also reads and writes the
-engine's counters, looks some methods up on its class, and calls the built-in compressor's own
-helpers where the engine has them. Those names are listed here, each with why it is not a hook,
-so that every name the installed Hermes can use on its engine is either traced or explained.
-The drift guard (tests/host/test_drift.py, and tests/hermes_versions/ on every Hermes line of
-the matrix) reads the installed ``ContextEngine`` ABC and the call sites in ``run_agent.py`` and
-``agent/`` and fails with the names that are in neither table: a new Hermes release is caught on
-its first run. A name goes here only when it is not something to trace; otherwise it gets a
-``HookSpec``. None of these is overridden by the generated class, so each reaches the inner's own
-attribute exactly as on the bare engine (docs/design/host-contract.md, H1-H3).
+The host's counters, class-level lookups and the built-in's own helpers, each with why it is not
+a hook. When editing: the drift guard fails on any name the installed Hermes uses that is in
+neither this table nor ``hooks.HOOK_SPECS``; a name goes here only when it is not something to
+trace. Not imported by the engine at run time (tests and docs read it).
 
-Not imported by the engine at run time (tests and docs read it).
+The full account: docs/design/internals.md, *observed_engine/contract/host_surface.py*.
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """PromQL query shapes shared by the Streamlit dashboard and the Grafana board generator.
 
-``dashboard/prometheus_source.py`` and ``deploy/grafana/build_dashboard.py`` ask the same
-questions of the catalogue's metrics (per-label rates and increases, histogram percentiles,
-gauges per engine); the shapes are written once here. Every function returns a PromQL string.
+Every function returns a PromQL string; the shapes are written once here. When editing: label
+values from the outside go through ``eq`` / ``one_of`` (escaped twice for ``=~``), and this file
+stays standard library only with no imports from the package, because the board generator
+loads it by path without the project installed.
 
-* ``metric``: a Prometheus series name from ``observed_engine.contract.catalogue`` (``BY_KEY[key].prom_name``);
-  ``suffix`` picks a histogram's ``_bucket`` / ``_sum`` / ``_count`` series;
-* ``by``: the grouping labels, in order (empty: aggregate everything);
-* ``sel``: the label matchers without braces, e.g. ``'engine=~"$engine"'`` ('' for none);
-* ``window``: a range, e.g. ``"5m"`` or ``"$__rate_interval"``.
-
-Label matchers with values from the outside (engine names are arbitrary strings) are built by
-``eq`` / ``one_of``: a matcher's value is a Go-style double-quoted string (``string``), and for
-``=~`` its content is an RE2 regex (``regex_escape``), so a value is escaped twice.
-
-Standard library only and no imports from the package, so the board generator (which runs
-without the project installed) can load this file by path.
+The full account: docs/design/internals.md, *observed_engine/contract/promql.py*.
 """
 
 from __future__ import annotations

