@@ -1,27 +1,12 @@
 """The hook forms: what runs on the host's thread when it calls an observed hook.
 
-The hook path takes two timestamps and appends one tuple (in the field order of
-``contract.events.HookEvent``) to the pipeline's bounded deque. Spans, metrics, token
-counts and store rows are built later by the worker (``observed_engine.worker``). Only
-``compress()`` and engine tool calls open a live span here, so work the inner engine
-does inside them nests under it.
+The hook path takes two timestamps and appends one tuple in ``contract.events.HookEvent``'s
+field order; the worker builds everything else later. Only ``compress()`` and engine tool calls
+open a live span here. :func:`make_hook` chooses the form per hook from ``HOOK_SPECS``; each
+form is a module of its own. When editing: a leaf hook whose inner calls another observed hook
+(:func:`calls_other_hooks`) takes the guarded form.
 
-:func:`make_hook` chooses the form per hook from ``contract.hooks.HOOK_SPECS``; each form
-is a module of its own:
-
-* ``exact_leaf``: leaf hooks (``HookSpec.leaf``) generated from source with exactly the
-  inner method's parameters, so no ``*args, **kwargs`` forwarding is paid;
-* ``plain``: ``*args, **kwargs`` (leaf hooks whose inner method is variadic, decorated or
-  not a plain function, and any other hook without a form of its own);
-* ``guarded``: every non-leaf hook sets the self-call guard (``guard``) while the inner
-  runs; ``compress`` adds a live span, message snapshots and the deadline watchdog,
-  ``tool`` a live span, ``prune`` message snapshots, ``clone`` observes the clone;
-  ``delivery`` delivers what is queued at natural boundaries; a leaf hook whose inner
-  function calls another observed hook of its engine (:func:`calls_other_hooks`) takes the
-  guarded form too;
-* ``class_patch``: every form made for a plain function follows a later class-level patch.
-
-The span's parent is read by ``parent_context``.
+The full account: docs/design/internals.md, *observed_engine/capture/hook_forms.py*.
 """
 
 from __future__ import annotations

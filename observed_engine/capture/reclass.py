@@ -1,20 +1,11 @@
 """Make an engine observable without changing what it does: re-class it.
 
-The host reads and writes engine attributes directly, looks some of them up on
-``type(engine)``, calls ``vars(engine)``, checks ``isinstance`` and compares
-returned lists by identity (docs/design/host-contract.md). A proxy object cannot
-honour all of that, so the inner instance is re-classed to a generated subclass of
-its own class. The subclass overrides only the traced hooks (capture/hook_forms.py, one module per form);
-each override calls the original method and records a compact event. Everything
-else -- state, class-level guards, signatures, identity of results, exceptions --
-is the inner engine's own.
+The host relies on ``type(engine)``, ``vars()``, ``isinstance`` and identity, which no proxy
+honours, so the inner instance is re-classed to a generated subclass that overrides only the
+traced hooks. When editing: everything else stays the inner's own; hooks look up the inner's
+class at call time (later class patches reach them); generated classes live with their pipeline.
 
-The hooks read what the bare engine would call from the inner's class at call time, so a
-class-level patch made after observe() reaches the observed engine too. The generated class's
-metaclass shows the engine its own class dict and pickles the class as the inner's (below).
-
-Generated classes live with their pipeline (``pipeline.generated_classes``), so a
-pipeline that is shut down takes its classes with it.
+The full account: docs/design/internals.md, *observed_engine/capture/reclass.py*.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
-"""The installed Hermes, looked up in one place: the only package that imports Hermes (an
-import-linter contract checks it), so the core runs, and is tested, without it; what the host
-does is written down once (docs/design/host-contract.md). One concept per module:
+"""The installed Hermes, looked up in one place: the only package that imports Hermes.
 
-- ``engine``: the ``ContextEngine`` ABC, the overrides test, the built-in ``ContextCompressor``;
-- ``building``: the agent being built and what the host hands its own compressor from it;
-- ``compression``: ``compression.*`` read the host's way, the compress timeout;
-- ``home``: HERMES_HOME, config.yaml, ``untouched_home``;
-- ``installation``: which Hermes this Python runs;
-- ``loaders``: where the host finds engines, its loaders;
-- ``selection``: the plugin gates and a dry run of the engine selection;
-- ``agent_loop``: ``AIAgent`` and its request hook (the demo);
-- ``replay``: the session store and tool replay (``compare``, ``tune``).
+An import-linter contract checks that, so the core runs, and is tested, without Hermes; what the
+host does is written down once (docs/design/host-contract.md). One concept per module (engine,
+building, compression, home, installation, loaders, selection, agent_loop, replay). When
+editing: every function tolerates a missing or older Hermes (None / {} / a default, never a
+raise unless its docstring says so); callers use ``host.<name>`` and tests patch the names here.
 
-Every function tolerates a missing or older Hermes: it returns None / {} / a default and never
-raises, unless its docstring says otherwise. Callers use ``host.<name>``: the names below are
-the package's surface (tests patch them here).
+The full account: docs/design/internals.md, *observed_engine/host/__init__.py*.
 """
 
 from .agent_loop import (  # noqa: F401

@@ -1,17 +1,12 @@
 """OTLP/HTTP (protobuf) span and metric exporters that do not import protobuf.
 
-They take the same arguments and read the same ``OTEL_EXPORTER_OTLP_*`` variables as the
-official ``opentelemetry-exporter-otlp-proto-http`` exporters (endpoint, headers, timeout,
-compression, CA and client certificates, metric temporality and histogram aggregation) and
-send with ``requests`` (which Hermes imports anyway) as they do: same headers, retries of
-429/502/503/504 and connection errors with jittered exponential backoff or the server's
-``Retry-After``, within the timeout. Payloads are written by :mod:`.otlp_wire`.
+Same arguments, ``OTEL_EXPORTER_OTLP_*`` variables, headers and retries as the official
+``opentelemetry-exporter-otlp-proto-http`` exporters, sent with ``requests``; payloads come from
+:mod:`.otlp_wire`. Why: the official ones cost 25-35 ms of CPU to import, these about 1 ms.
+When editing: :func:`official_exporter_needed` names the settings only the official exporters
+implement; ``sdk_exporters`` then uses those (and always for gRPC).
 
-Importing the official exporters costs a process 25-35 ms of CPU (protobuf, the generated
-modules, the exporters' packages); these cost about 1 ms. ``sdk_exporters`` uses them for
-``http/protobuf`` unless :func:`official_exporter_needed` names a setting only the official
-ones implement (a credential-provider session from an entry point, the SDK's own exporter
-metrics), and the official ones for gRPC.
+The full account: docs/design/internals.md, *observed_engine/pipeline/otlp_http.py*.
 """
 
 from __future__ import annotations

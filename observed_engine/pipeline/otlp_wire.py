@@ -1,21 +1,12 @@
 """OTLP protobuf payloads written as bytes, without the protobuf runtime.
 
-``encode_spans`` and ``encode_metrics`` build the same ``ExportTraceServiceRequest`` and
-``ExportMetricsServiceRequest`` messages as the official encoders
-(``opentelemetry-exporter-otlp-proto-common``) build from the same SDK objects: same
-grouping (resource, then instrumentation scope, in first-seen order), same fields set, the
-same attributes skipped (logged) where a value cannot be encoded. The official path imports
-protobuf, the generated ``*_pb2`` modules and the exporters' packages, 25-35 ms of CPU at
-start for every process that exports OTLP/HTTP (a ``hermes -z`` one-shot pays it each time);
-this module imports ``struct``. ``tests/pipeline/test_otlp_wire.py`` parses what it writes with the
-official messages and compares.
+``encode_spans`` and ``encode_metrics`` build the same messages as the official encoders from
+the same SDK objects (grouping, fields, skipped attributes); the official path costs 25-35 ms of
+CPU at every process start, this module imports ``struct``. When editing: follow proto3's
+presence rules exactly; ``tests/pipeline/test_otlp_wire.py`` parses the output with the official
+messages and compares.
 
-Wire format (https://protobuf.dev/programming-guides/encoding/): every field is a tag
-(``field number << 3 | wire type``) then its value: a varint (type 0), 8 little-endian bytes
-(type 1: fixed64, sfixed64, double), a length-prefixed payload (type 2: strings, bytes,
-messages, packed repeated numbers) or 4 little-endian bytes (type 5: fixed32). A proto3
-scalar left at its default is not written; a message field that is set is written even when
-empty; a ``oneof`` or ``optional`` member that is set is written even at its default.
+The full account: docs/design/internals.md, *observed_engine/pipeline/otlp_wire.py*.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """One Prometheus ``/metrics`` endpoint per listening address, shared by every pipeline.
 
-Hermes re-reads ``config.yaml`` for every agent it builds, so a gateway whose ``observed:``
-section is edited while it runs makes a new pipeline per distinct section. With an HTTP
-server per pipeline the first one kept the port and every later pipeline's engines were
-missing from ``/metrics`` (the alert rules blind to them). Here each address has one
-server; every pipeline attaches its reader's collector to it and a scrape serves the
-union:
+An edited ``observed:`` section makes a new pipeline; with a server per pipeline the later
+pipelines' engines were missing from ``/metrics``. Here every pipeline attaches a collector to
+its address's one server and a scrape serves the union. When editing: the merged counters of
+the process never go down (a retired pipeline's last counters are kept), gauges take the larger
+value except ``ADDITIVE_GAUGES``, and a failing collector is skipped and counted.
 
-* a series two pipelines both report is merged: counters and histograms are summed (they
-  count the process's calls), gauges take the larger value, except the ones that count
-  something (``ADDITIVE_GAUGES``: compressions in flight), which are summed;
-* when a pipeline is retired (``detach(..., keep_counters=True)``), one last collection of
-  its counters and histograms is kept and added to every later scrape, so the process's
-  counters never go down (Prometheus would read a decrease as a reset and ``increase()``
-  would jump); its gauges go with it;
-* the server stops when its last pipeline detaches (``shutdown``, exit).
-
-A collector that fails during a scrape is skipped (counted through its own
-``count_error``); the others are served.
+The full account: docs/design/internals.md, *observed_engine/pipeline/prometheus.py*.
 """
 
 from __future__ import annotations

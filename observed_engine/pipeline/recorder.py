@@ -1,15 +1,11 @@
 """The hand-off between the hook path and the background worker.
 
-Hooks append one tuple to a deque (thread-safe, lock-free in CPython) as long
-as it holds fewer than ``capacity`` items; past that the event is dropped and
-counted. A daemon thread drains the deque in batches and hands them to the
-processor, which builds spans, metrics and store rows.
+Hooks append one tuple to a bounded deque (dropped and counted when full); a daemon thread
+drains it in batches into the processor. When editing: recorders of pipelines that write the
+same store file share one :class:`WorkerThread` (``share_key``), served in turn, each recorder
+keeping its own queue, bound, processor and flush markers.
 
-Recorders of pipelines that write the same store file share that thread (``share_key``): in a
-gateway that keeps older agents alive, each ``observed:`` edit makes a pipeline of its own, and
-each used to bring a worker thread of its own. One :class:`WorkerThread` serves them in turn,
-a batch of each at a time; every recorder keeps its own queue, bound, processor (its own
-settings) and flush markers.
+The full account: docs/design/internals.md, *observed_engine/pipeline/recorder.py*.
 """
 
 from __future__ import annotations

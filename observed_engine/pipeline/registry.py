@@ -1,21 +1,12 @@
 """Where pipelines live: one per process configuration, in a registry.
 
-Like ``prometheus_client.REGISTRY``, a default :data:`REGISTRY` serves callers that
-pass none; tests and embedders may make their own. A pipeline is keyed by what is
-process-wide about it: the providers passed in, the ``observed:`` settings without
-the per-engine keys (``inner``, ``name``), the store path and the compress deadline.
-Two engines that differ only in name share one pipeline (one store writer thread
-per file, shared with the other pipelines that write the file, ``stores.py``, as is the worker
-thread; every pipeline serves on the process's one Prometheus endpoint per address,
-``prometheus.py``). The first pipeline made registers one atexit handler that flushes
-and stops every registry's pipelines within one deadline.
+Like ``prometheus_client.REGISTRY``, a default :data:`REGISTRY`; tests and embedders may make
+their own. When editing: the key is what is process-wide (providers, settings without ``inner``
+and ``name``, store path, compress deadline), so engines differing only in name share a pipeline;
+a pipeline left with no live engines that is not the latest asked for is retired (shut down on
+a thread of its own). One atexit handler stops every registry's pipelines.
 
-Retirement: Hermes re-reads ``config.yaml`` for every agent, so editing ``observed:``
-in a running gateway makes a new pipeline per distinct section. A pipeline that has had
-engines, has none alive any more and is not the one most recently asked for is retired:
-removed from the registry and shut down on a thread of its own (what it holds is
-delivered, its threads and connections end, its counters stay on the Prometheus
-endpoint). A later ``get()`` for its configuration makes a new one.
+The full account: docs/design/internals.md, *observed_engine/pipeline/registry.py*.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """Import ``opentelemetry.sdk.resources`` without importing psutil.
 
-The SDK's resources module imports psutil at import time (``try: import psutil`` into the module
-global ``psutil``) and uses it in one place only: ``ProcessResourceDetector.detect()`` reads
-``psutil.Process().username()`` for ``process.owner`` when ``psutil is not None``. Importing
-psutil costs ~8 ms of CPU in every ``hermes -z`` one-shot process that exports to Prometheus or
-OTLP (measured: 5 fresh processes importing pipeline.sdk_exporters after Hermes' run_agent),
-Hermes does not import it in that path, and our own resource (sdk_exporters.process_resource)
-never needs it.
+The SDK's resources module imports psutil (~8 ms of CPU per ``hermes -z`` process) for one use,
+``process.owner``. :func:`import_sdk_resources` refuses psutil to the importing thread during
+that import only, then gives the module a stand-in that imports the real psutil on first use.
+When editing: nothing may change for other users of the SDK, and anything unexpected falls back
+to the normal import.
 
-import_sdk_resources() imports the module with psutil's import refused for the importing thread
-only (a ``sys.meta_path`` finder, in place for the duration of that import), then, psutil being
-installed, sets the module's ``psutil`` global to a stand-in that imports the real psutil on its
-first attribute access and puts the real module in that global. Nothing changes for any other
-user of the SDK: ``psutil is not None`` holds as before, the first ``psutil.Process()`` gets the
-real one, another thread that imports psutil meanwhile gets it normally (a refused import leaves
-nothing in sys.modules), and the module is imported normally whenever there is nothing to save
-(already imported, psutil already imported or not installed). Anything unexpected falls back to
-the normal import of psutil into that global; nothing here raises into the caller beyond what a
-plain ``import opentelemetry.sdk.resources`` would raise.
+The full account: docs/design/internals.md, *observed_engine/pipeline/sdk_resources.py*.
 """
 
 from __future__ import annotations

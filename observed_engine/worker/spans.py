@@ -1,15 +1,11 @@
 """Spans the worker opens and closes at once, built as the exporters see them.
 
-For a hook that is not a live span the worker knows everything at once: name, parent, start,
-end, attributes. The SDK's ``Tracer.start_span`` + ``Span.end`` builds a mutable ``Span`` (bounded
-attributes checked one by one, a lock, the processors' ``on_start``), then copies it into a
-``ReadableSpan`` for the processors' ``on_end``: most of the worker's CPU per event. When the
-tracer is the SDK's own and every span processor is one of its exporting processors (whose
-``on_start`` does nothing), :class:`DirectSpans` asks the provider's sampler and id generator as
-``start_span`` does and hands the processors the ``ReadableSpan`` directly: same name, ids,
-parent, resource, scope, times, attributes and sampling. Otherwise (another SDK, a processor of
-the caller's own, the SDK's internal metrics switched on, a tracer configured off) ``emit``
-returns False and the worker uses ``start_span``.
+``start_span`` + ``end`` is most of the worker's CPU per event; :class:`DirectSpans` asks the
+sampler and id generator as ``start_span`` does and hands the processors a ``ReadableSpan``
+directly. When editing: only when the tracer is the SDK's own and every processor is one of its
+exporting ones; otherwise ``emit`` returns False and the worker uses ``start_span``.
+
+The full account: docs/design/internals.md, *observed_engine/worker/spans.py*.
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """The summary model's usage as Hermes itself records it, read-only.
 
-Hermes (0.19.0) records the token usage of every auxiliary LLM call against the session of the
-turn it runs in (``agent.aux_accounting`` -> ``SessionDB.record_auxiliary_usage``): one row per
-(session, model, provider, ..., task) in ``session_model_usage`` of its ``state.db``, summed up,
-the model taken from the provider's answer (``response.model``). The summary calls of the
-built-in compressor have task ``compression``. We read those rows through our own read-only
-SQLite connection on the worker thread, when the worker first sees a session (the baseline) and
-after each compress() (the difference is what that call's summary used). Nothing of Hermes runs:
-the path comes from the engine's instance dict (``_session_db.__dict__['db_path']``), the DB is
-opened ``mode=ro`` (a WAL reader never blocks Hermes' writer). No session DB (``hermes -z``
-without one, a plugin engine that does not bind it): no numbers, the model then comes from the
-engine's own attributes.
+Hermes records each auxiliary LLM call's usage in ``session_model_usage`` of its ``state.db``;
+the worker reads the ``compression`` rows when it first sees a session and after each
+compress(). When editing: nothing of Hermes runs (the path comes from the engine's instance
+dict, the DB is opened ``mode=ro``); without a session DB there are no numbers.
+
+The full account: docs/design/internals.md, *observed_engine/worker/summary_usage.py*.
 """
 
 from __future__ import annotations
