@@ -1,22 +1,12 @@
 """The replay LLM: an OpenAI-compatible chat-completions server on 127.0.0.1.
 
-Each chat request gets the next recorded assistant message of the conversation (its text and
-tool calls), as JSON or as server-sent events when ``stream`` is true, with the ``usage`` of
-the request it received: ``prompt_tokens`` counted from that request (``usage="tiktoken"``:
-tiktoken over the message text and the tool schemas, the encoding chosen from the model;
-``usage="chars"``: their characters / 4, Hermes' own rough estimate). So the host's preflight,
-its real-usage sentinels and the engine's thresholds see a request of the replayed size.
+Each chat request gets the next recorded assistant message, with ``usage`` counted from the
+request it received (tiktoken, or characters / 4), so the host and the engine see a request of
+the replayed size; per request it records what the report needs. When editing: summariser
+requests are answered by ``summarise`` and counted apart, and one server serves many replays in
+turn (``reset`` before each), so a sweep worker pays Hermes' probes once.
 
-Per request it records what the report needs: the prompt tokens, whether they exceed the
-window, and the prompt-cache prefix tokens lost against the previous request (the tokens of
-the previous request past the longest run of leading messages the two share).
-
-A request that carries the built-in summariser's prompt (it reaches this server only when the
-summary model is the main one, ``--summary configured`` without an auxiliary model) is
-answered by ``summarise`` and counted apart (requests and tokens).
-
-One server can serve many replays in turn (``reset`` before each): a sweep's worker keeps one
-for its whole life, so Hermes' per-endpoint probes and caches are paid once per worker.
+The full account: docs/design/internals.md, *observed_engine/compare/replay_server.py*.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """The OpenAI SDK's request transform, memoised per message, for replay processes only.
 
-Before it sends a chat request, the ``openai`` SDK walks the whole body against its TypedDict
-annotations (``maybe_transform``): every message of the conversation, every request, in Python
-with typing introspection at each node. A replay re-sends the same earlier messages each turn, so
-that walk grew with the square of the conversation and was 29 % of a replay's CPU (10.4 of 35.3 s
-for 12 replays of 4 recorded conversations; benchmarks/tune_sweep.py). It does not depend on the
-request: a message's transform is a function of the message alone (the TypedDict is walked key by
-key, a list element by element). So in a replay process the ``messages`` and ``tools`` of a chat
-request are transformed one item at a time by the SDK itself and kept by the item's JSON text.
-The body the SDK sends is the same, key order included.
+The SDK's ``maybe_transform`` walk of every request grew with the square of a replayed
+conversation (29 % of a replay's CPU); a message's transform depends on the message alone, so
+items are transformed one at a time by the SDK and kept by their JSON text. When editing: the
+result is checked against the SDK's whole transform (first requests, then every
+``CHECK_EVERY``-th) and the memo turns itself off on any difference.
 
-Checked, not assumed: the first requests and then every ``CHECK_EVERY``-th are also transformed
-whole by the SDK and compared; on any difference the memo turns itself off for the process (one
-warning) and the SDK's own result is used. An item that is not JSON (an SDK object) is
-transformed by the SDK each time. Installed by the sweep's replayer for its life
-(``install``/``uninstall``); nothing else in observed-engine touches the SDK.
+The full account: docs/design/internals.md, *observed_engine/compare/request_memo.py*.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Recorded conversations, read from Hermes' own session store (``$HERMES_HOME/state.db``).
 
-The store is opened read-only (``mode=ro``); nothing is written to it. Hermes 0.19.0 keeps
-every message a compaction summarised away: in-place compaction (``compression.in_place``,
-the default) flips the live rows to ``active = 0, compacted = 1`` and inserts the compacted
-set as new rows in one transaction, each row 1 µs after the previous one; the legacy rotation
-ends the session (``end_reason = 'compression'``) and continues in a child session
-(``parent_session_id``). The original transcript is the rows in insertion order without
-the compaction products: the summary messages and the copies of earlier messages that a
-compacted set carries (its protected head and tail). A compacted set may end with messages
-of the turn in progress that were not stored before (a preflight compaction runs before the
-turn's user message is written): those are new and are kept.
+Opened read-only (``mode=ro``). When editing: a compaction keeps the summarised-away rows (in
+place: flagged ``active = 0, compacted = 1``; legacy: a child session), so the original
+transcript is the rows in insertion order without the compaction products, keeping messages of
+the turn in progress that a compacted set carries first. Each recorded summary's body is kept
+too (``Conversation.summaries``) for the offline summariser.
 
-Each recorded summary's body is kept too (``Conversation.summaries``): the offline summariser
-answers the replay's summary requests with them, in order.
+The full account: docs/design/internals.md, *observed_engine/compare/sessions.py*.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """Engine variants: ``engine@key=value,key=value`` in ``--engines`` and in ``tune``'s grid.
 
-A variant is an engine with some of its settings changed for the replay only. Its settings are
-validated against the keys that engine's own configuration accepts, with their types taken from
-the defaults the engine declares:
+A variant is an engine with some settings changed for the replay only, validated against the
+keys that engine's own configuration accepts, typed by its defaults. When editing: each engine
+kind has its own source of keys and way of applying them (``compression:`` for the built-in,
+``LCM_*`` variables for lossless-hermes, a plugin's ``config.yaml`` section); a bad key or
+value raises :class:`VariantError` with one line saying which and why.
 
-* the built-in (``compressor``): Hermes' ``compression:`` section (``hermes_cli.config``'s
-  defaults: ``threshold``, ``target_ratio``, ``protect_last_n``, ``protect_first_n``, ...) and,
-  dotted, ``auxiliary.compression.*`` (the summary ``model``, ``timeout``, ...), with the ranges
-  the built-in honours (it clamps ``target_ratio`` to 0.10-0.80, so a value outside would replay
-  as the nearest bound: refused);
-* ``lossless-hermes``: the ``config:`` keys of the ``plugin.yaml`` it ships. It reads no
-  ``config.yaml`` section (its settings come from that file and ``LCM_*`` environment
-  variables, which take precedence), so the replay sets ``LCM_<KEY>`` while it runs, and
-  refuses values it would read as unset (0, an empty text);
-* any other plugin engine: the keys of the ``config:`` mapping its ``plugin.yaml`` declares,
-  else those of its own section in the operator's ``config.yaml``, written to that section of
-  the replay's ``config.yaml`` (a plugin reads its own section, Hermes has no other config API).
-
-A bad key or value raises :class:`VariantError` with one line saying which and why. The label
-of a variant is its string (``compressor@threshold=0.8,protect_last_n=10``); the engine alone
-(``compressor``) is the operator's current settings.
+The full account: docs/design/internals.md, *observed_engine/compare/variants.py*.
 """
 
 from __future__ import annotations

@@ -1,34 +1,13 @@
 """``observed-engine demo``: real Hermes agents through the observed engine, and the live dashboard.
 
-Runs several concurrent sessions of Hermes' own agent loop (``run_agent.AIAgent.run_conversation``,
-the code a gateway runs) against the demo's own fake LLM, an OpenAI-compatible server on
-127.0.0.1 (``DemoLLM``): nothing leaves the machine. The agents run in a private Hermes home
-next to the store whose config.yaml selects ``context.engine: observed`` through Hermes' plugin
-system, so what the store shows is what Hermes does: the host's preflight checks, its
-``last_prompt_tokens = -1`` write after a compaction, the real ``compress_context``, and the
-built-in compressor's cooldown after its summariser fails. Two engines:
+Concurrent sessions of Hermes' own agent loop against the demo's fake LLM on 127.0.0.1
+(``DemoLLM``), in a private Hermes home selecting ``context.engine: observed``, so the store shows
+what Hermes does. When editing: the demo writes only inside its own directory (``--dir``), sets
+``HERMES_HOME`` before Hermes is imported, and rejects wrong arguments (exit 2) before creating
+anything. The package: ``run``, ``arguments``, ``errors``, ``llm``, ``home``, ``traffic``,
+``engines``, ``dashboard``; the names below are its surface.
 
-* ``compressor`` -- Hermes' built-in ``ContextCompressor``, wrapped by the plugin;
-* ``topic-router`` -- the built-in under another name plus ``select_context`` (per-request
-  retrieval by topic), set on every third agent the way the host sets a plugin engine. Hermes
-  0.19.0 never calls ``select_context``: the demo calls it from Hermes' ``pre_api_request`` hook,
-  before every provider request, as head Hermes does (the result is not applied).
-
-The fake LLM reports prompt-cache reads, and every few summaries one is slow enough to pass the
-compression deadline or fails (HTTP 401, then a dropped connection); now and then the router
-returns garbage from ``select_context`` (the host falls open). All of it lands in the SQLite
-store that the dashboard, served on 127.0.0.1 while the traffic runs, reads; the address is
-printed once the dashboard answers there (a taken default port gives way to the next free one).
-
-The demo writes only inside a directory of its own (``--dir``; default ``$OBSERVED_DEMO_DIR``,
-else ``~/.local/state/observed-engine/demo``): the store ``demo.sqlite``, the agents' Hermes
-home ``demo-hermes-home/`` (set as ``HERMES_HOME`` before Hermes is imported, since Hermes'
-modules create their home's files at import), tiktoken's cache, the dashboard's log. Wrong
-arguments are one line on stderr and exit 2, before anything is created.
-
-The package: ``run`` (main), ``arguments`` and ``errors``, ``llm`` (the fake LLM), ``home`` (the
-private Hermes home), ``traffic`` (the agents), ``engines`` (the router and the offline engines),
-``dashboard`` (its command line and port). The names below are its surface.
+The full account: docs/design/internals.md, *observed_engine/demo/__init__.py*.
 """
 
 import subprocess  # noqa: F401  (tests patch demo.subprocess.Popen)

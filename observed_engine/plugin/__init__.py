@@ -1,33 +1,13 @@
 """The Hermes plugin side: ``context.engine: observed`` wraps the operator's engine.
 
-Hermes finds this module by either route:
+Hermes finds this module through the bundled plugin directory or the ``hermes_agent.plugins``
+entry point; :func:`register` reads ``observed:``, builds the inner engine and registers
+``observe(inner, ...)``. When editing: it never leaves the agent without an engine (bad section:
+defaults; unbuildable inner: the built-in; each failure logged), and a pip plugin's engine is
+built only where Hermes' own plugin gates would load it. Beside it: ``section``, ``inner``,
+``builtin``, ``state``, ``introspection``.
 
-* the bundled directory ``plugins/context_engine/observed/`` (copied there by
-  ``observed-engine install``), whose ``register(ctx)`` delegates here; Hermes
-  calls it once per agent;
-* the general plugin system: the ``hermes_agent.plugins`` entry point
-  ``observed = "observed_engine.hermes_plugin"`` (that module re-exports this one), which
-  ``observed-engine install --route entrypoint`` writes (the package itself declares none,
-  so installing it changes nothing in Hermes), plus ``plugins.enabled: [observed]``; Hermes
-  calls :func:`register` once per process and deep-copies the engine for every agent.
-
-An inner engine from a pip plugin is built only where Hermes' own plugin gates would load
-that plugin (``plugins.enabled``, ``plugins.disabled``, ``HERMES_SAFE_MODE``); otherwise the
-built-in is observed, as bare Hermes would run it.
-
-:func:`register` reads the ``observed:`` section of Hermes' ``config.yaml``,
-builds the inner engine named by ``observed.inner`` (default: the built-in
-``compressor``, constructed from ``compression.*`` / ``model.*`` the way the host
-would) and registers ``observe(inner, settings={..., "name": "observed"})``.
-
-It never leaves the agent without an engine: a broken ``observed:`` section
-falls back to the defaults, an inner engine that cannot be built falls back to
-the built-in compressor, and every failure is logged with the key or engine
-name and the reason.
-
-Here: ``register`` and ``build_engine``; beside it ``section`` (the ``observed:`` section),
-``inner`` (the inner engine and its fallback), ``builtin`` (the built-in, as the host builds
-it), ``state`` (this thread's build and dry run), ``introspection`` (what doctor reports).
+The full account: docs/design/internals.md, *observed_engine/plugin/__init__.py*.
 """
 
 from __future__ import annotations

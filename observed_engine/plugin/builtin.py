@@ -1,24 +1,12 @@
 """The built-in ``ContextCompressor`` for ``observed.inner: compressor``, built as the host builds it.
 
-With a plugin engine selected the host does not construct its compressor, so the plugin does,
-and it must be the compressor the bare host would have built for the same config.yaml
-(tests/plugin/test_builtin_parity.py and its per-line twin compare the whole instance state on every
-Hermes line). The host builds it from two sources (docs/design/host-contract.md, H24, H39-H41):
+With a plugin engine selected the host does not build its compressor, so the plugin does, and it
+must equal the bare host's (the parity tests compare the whole instance state on every Hermes
+line). When editing: inputs come from the agent being built, else config.yaml read as that
+line's agent init reads it, and ``compression.*`` by the host's own reading where it has one;
+every keyword goes through ``host.compressor_arguments``.
 
-* the agent it is building: ``model``, ``provider``, ``base_url``, ``api_key``, ``api_mode``,
-  ``quiet_mode``, ``max_tokens``, the configured window, ``custom_providers``, the tool-context
-  floor. When an agent is being built (the directory loader runs inside ``AIAgent.__init__``, at
-  engine selection), those are read off it (``host.agent_compressor_inputs``); what it does not
-  hold yet (the plugin system's scan, which builds one engine per process: 0.20 scans early in the
-  first agent's init, 0.22 on a loader thread) or when no agent is being built (``doctor``),
-  config.yaml's ``model.*``, ``custom_providers`` and ``agent.*`` stand in, read as that line's
-  agent init would read them (:func:`config_runtime`).
-* ``compression.*``: the host's own reading where the installed Hermes has one that needs no agent
-  (0.22's ``_parse_compression_config``, ``host.host_compression_settings``); elsewhere the same
-  rules, reproduced here key by key (:func:`compression_keywords`).
-
-Every keyword goes through ``host.compressor_arguments``: only those the installed constructor
-takes are passed, so a keyword a line does not know is never given to it.
+The full account: docs/design/internals.md, *observed_engine/plugin/builtin.py*.
 """
 
 from __future__ import annotations
