@@ -1,16 +1,10 @@
 """Formatting shared by the tabs: numbers, times, and text from outside as literal Markdown.
 
-:func:`literal` is the one way a value the dashboard did not write itself (an engine name, a
-session id, a hook, a reason, an alert name, a path, a URL, an error message) goes into
-anything Streamlit renders as Markdown (``st.markdown``, ``caption``, ``info``, ``warning``,
-``error``, ``success``, a metric's ``help``). Tables, chart titles and widget options show
-text as it is and need nothing.
+When editing: :func:`literal` is the one way a value the dashboard did not write itself goes
+into anything Streamlit renders as Markdown; it makes a code span, because backslash escapes do
+not stop autolinks. Tables, chart titles and widget options show text as it is.
 
-Why a code span, and not backslash escapes: escapes stop emphasis, links, images and HTML, but
-not GitHub's autolink literals (Streamlit's renderer links ``http://...``, ``www.`` and e-mail
-addresses found in the text after escapes are resolved). Inside a code span nothing is
-interpreted: no emphasis, link, image, HTML, autolink, emoji shortcode, math or
-``:color[...]`` directive.
+The full account: docs/design/internals.md, *dashboard/format.py*.
 """
 
 from __future__ import annotations

@@ -1,17 +1,11 @@
 """Prometheus as a dashboard source: PromQL over the catalogue's metric names.
 
-Uses only the HTTP API (``/api/v1/query``, ``/api/v1/query_range``,
-``/api/v1/alerts``) through urllib. What it cannot show, and why:
+Only the HTTP API, through urllib. When editing: it cannot show per-session views, individual
+events or message text (metrics carry none); counts are ``increase()`` and percentiles
+``histogram_quantile()``, with the query shapes from ``observed_engine.contract.promql``
+(shared with the Grafana board generator).
 
-* per-session views: session ids are never metric labels (the contract);
-  the usage view shows each engine's gauges instead;
-* individual timeout / fail-open / summary-failure events: Prometheus has
-  counters, so the incident view shows totals per engine, hook and reason;
-* message text: never exported.
-
-Counts over the range are ``increase()`` (extrapolated, rounded); percentiles
-are ``histogram_quantile()`` over the histogram buckets. The query shapes come
-from ``observed_engine.contract.promql``, shared with the Grafana board generator.
+The full account: docs/design/internals.md, *dashboard/prometheus_source.py*.
 """
 
 from __future__ import annotations

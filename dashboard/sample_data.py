@@ -1,18 +1,10 @@
 """Store rows for tests and benchmarks (never used by the running dashboard).
 
-Two producers, both returning row tuples in ``observed_engine.contract.store_schema.COLUMNS`` order:
+Two producers, both returning row tuples in ``observed_engine.contract.store_schema.COLUMNS``
+order: ``scenario_rows(now)``, a small hand-checkable scenario, and
+``synthetic_rows(n, end_ts, span_s)``, realistic rows, fast enough for a million.
 
-``scenario_rows(now)``
-    A small, hand-checkable scenario: three sessions on two engines with a rising
-    prompt, one compression that drops it (the sawtooth), every select_context
-    result, a compression past its deadline, a fail-open and two compressions that
-    returned although the summary model failed (a fallback summary, an abort).
-
-``synthetic_rows(n, end_ts, span_s)``
-    ``n`` realistic rows spread over ``span_s`` seconds ending at ``end_ts``
-    (sessions of turns: should_compress, select_context, update_from_response,
-    on_turn_complete, a compress when the prompt crosses the threshold, rare
-    timeouts, fail-opens and summary failures). Fast enough for a million rows.
+The full account: docs/design/internals.md, *dashboard/sample_data.py*.
 """
 
 from __future__ import annotations

@@ -1,24 +1,12 @@
 """What every tab asks a data source, and the filters it asks with.
 
 :class:`Source` is a ``typing.Protocol``: exactly the members the tabs, the header and the app
-call. Two implementations satisfy it structurally (this module imports neither;
-``factory.open_source`` builds one):
+call, satisfied structurally by ``SQLiteSource`` and ``PrometheusSource`` (this module imports
+neither; ``factory.open_source`` builds one). When editing: both return the same small,
+aggregated pandas frames, and values are the contract's words (``contract.vocabulary``), never
+renamed here.
 
-``SQLiteSource(path)`` (``sqlite_source.py``)
-    The embedded store written by the engine (``observed_engine.store``), opened
-    read-only. It has everything: per-session rows, exact counts, the
-    individual timeout / fail-open / summary-failure events and, when
-    ``capture_content`` was on, message text.
-
-``PrometheusSource(url)`` (``prometheus_source.py``)
-    A Prometheus server scraping the engine's ``/metrics``: PromQL over the
-    catalogue's metric names. Metrics carry no session ids and no individual
-    events, so per-session views and the event table need the store; counts
-    come from ``increase()`` and are extrapolated.
-
-Both return the same pandas frames (small, already aggregated), so the tabs do
-not care where the numbers come from. Event, outcome, kind and reason values are the
-contract's words (``observed_engine.contract.vocabulary``), never renamed here.
+The full account: docs/design/internals.md, *dashboard/sources.py*.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """The store as a dashboard source: SQL aggregation over ``events``, read-only.
 
-Implements ``sources.Source``; the parts live in ``sqlite/`` (see its ``__init__``). How it
-stays fast on a million rows (see ``benchmarks/dashboard_bench.py``):
+Implements ``sources.Source``; the parts live in ``sqlite/``. When editing: keep it fast on a
+million rows (aggregate in SQLite, query through the store's indexes; see
+``benchmarks/dashboard_bench.py``); a row with text in a numeric column is left out and counted
+(``sources.skipped``); the connection is ``mode=ro`` with ``PRAGMA query_only``.
 
-* Everything is aggregated in SQLite; Python only sees per-bucket rows, a few hundred
-  incident rows, the rows of the handful of sessions drawn, and bounded latency samples.
-* Queries go through the store's indexes: the (engine, hook, ts) index (engine lists are
-  passed explicitly, so ``engine IN (...) AND hook = ? AND ts`` is an index range; hook call
-  counts are index-only), ``events_session_ts`` (the sawtooth of one session, the session
-  list by loose index scan) and the partial ``events_incidents``.
-* Bucketed aggregates are incremental (``sqlite/buckets.py``); percentiles are exact up to
-  3,000 calls per group, above that from a time-stratified sample (``sqlite/percentiles.py``).
-
-SQLite is dynamically typed: a row may hold text in a numeric column. Such a row is left out
-of the view that needs the value and counted (``sources.skipped`` of the frame).
-
-The connection is opened with ``mode=ro`` and ``PRAGMA query_only``: the dashboard never
-writes the store. ``probe=False`` (a path typed into the page): the source never checks
-whether the file exists and words every failure alike (``sqlite.reader.UNOPENABLE``).
+The full account: docs/design/internals.md, *dashboard/sqlite_source.py*.
 """
 
 from __future__ import annotations

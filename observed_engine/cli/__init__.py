@@ -1,24 +1,12 @@
 """``observed-engine``: install, check and remove the Hermes plugin; serve the dashboard.
 
-    observed-engine install   [--hermes-home DIR] [--inner NAME] [--route auto|bundled|user|entrypoint] [--force]
-    observed-engine doctor    [--hermes-home DIR] [--json]
-    observed-engine uninstall [--hermes-home DIR]
-    observed-engine dashboard [--store PATH | --prometheus URL] [--host H] [--port P] [--allow-source-change]
-    observed-engine demo ...  (see observed_engine.demo)
-    observed-engine compare   --engines compressor,<name> [--hermes-home DIR] [--sessions N | --session ID] [--out DIR]
-    observed-engine tune      [--engine compressor] [--grid KEY=VALUES ...] [--objective M1,M2] [--jobs N] [--out DIR]
-    observed-engine --version
+Commands: install, doctor, uninstall, dashboard, demo, compare, tune, ``--version`` (also
+``python -m observed_engine ...``); one module per command, ``paths`` and ``yaml_edit`` shared by
+install/uninstall/doctor, ``inputs`` the checks run on what a command is given. When editing:
+keep the exit codes (0; doctor 1; 2 an operator error on one line, nothing changed; 70 internal,
+traceback with ``OBSERVED_ENGINE_DEBUG=1``; 130 Ctrl-C; 141 stdout closed early, silently).
 
-Also ``python -m observed_engine ...``. One module per command (install, uninstall, doctor,
-dashboard, demo, compare); ``paths`` and ``yaml_edit`` are what install/uninstall/doctor
-share, ``inputs`` the checks every command runs on what it is given before it writes.
-
-Exit codes: the command's (0 fine; doctor 1 when a check fails; 2 an operator error, printed
-on one line without a traceback, having changed nothing: a wrong flag, home, config.yaml,
-engine, address or file; 70 an internal error, one line too, the traceback with
-``OBSERVED_ENGINE_DEBUG=1``; 130 Ctrl-C); 141 (128 + SIGPIPE, as a shell reports a tool cut off by
-its pipe) when stdout is closed before the output is written, e.g. ``doctor --json | head -1``:
-the rest of the output is dropped silently instead of a BrokenPipeError traceback.
+The full account: docs/design/internals.md, *observed_engine/cli/__init__.py*.
 """
 
 from __future__ import annotations

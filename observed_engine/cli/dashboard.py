@@ -2,14 +2,11 @@
 127.0.0.1:8501 by default, reading the current Hermes home's store (or ``--store`` /
 ``--prometheus``).
 
-Its flags are checked before Streamlit starts (a port out of range or taken, an address
-not of this machine, a URL that is not http(s), a store that is a directory or another
-program's file): one line and exit code 2, not a Streamlit traceback.
+When editing: flags are checked before Streamlit starts (one line, exit 2); the command line
+comes from ``observed_engine.demo.dashboard_command``; this process execs Streamlit, so the exit
+code, Ctrl-C and signals are Streamlit's. POSIX only, as Hermes.
 
-The command line is built by ``observed_engine.demo.dashboard_command`` (the demo starts
-the same dashboard). This process becomes Streamlit (exec), so its exit code is
-Streamlit's, Ctrl-C is Streamlit's clean stop, and a signal sent to this PID reaches the
-server itself. POSIX only, as Hermes (Linux, macOS, WSL).
+The full account: docs/design/internals.md, *observed_engine/cli/dashboard.py*.
 """
 
 from __future__ import annotations

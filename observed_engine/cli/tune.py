@@ -1,15 +1,11 @@
 """``observed-engine tune``: sweep an engine's settings over the recorded conversations.
 
-    observed-engine tune [--engine compressor] [--grid KEY=START:STOP:STEP | --grid KEY=V1,V2 ...]
-                         [--variant ENGINE@K=V,...] [--objective overflow,summary-tokens,cache-lost]
-                         [--hermes-home H] [--sessions N | --session ID ...] [--jobs N]
-                         [--summary offline|configured] [--usage tiktoken|chars] [--context-length N]
-                         [--out DIR] [--json] [--quiet]
+Prints the Markdown (or JSON) report, a progress bar on stderr, and keeps every finished replay
+in ``--out`` (default ``$HERMES_HOME/observed/tune/<engine>-<digest>/``, the same for the same
+sweep). When editing: running the command again resumes the sweep or adds new conversations;
+Ctrl-C keeps what is done (exit 130).
 
-Prints the Markdown report (or the JSON one), a progress bar with an ETA on stderr, and keeps
-every finished replay in --out (default $HERMES_HOME/observed/tune/<engine>-<digest>/, the same
-for the same sweep): run the command again to resume it or to add new conversations. Ctrl-C
-stops it and keeps what is done (exit 130).
+The full account (with the flags): docs/design/internals.md, *observed_engine/cli/tune.py*.
 """
 
 from __future__ import annotations
