@@ -185,6 +185,10 @@ def replay_config(user_config: Dict[str, Any], engine: str | Variant, *, model: 
     # CLI and gateway): an auxiliary request to the main endpoint, i.e. the replay LLM, where it
     # would take a recorded reply. A title is session metadata, never part of what the engine
     # sees: off in the replay, whatever the user's auxiliary section says.
+    # Hermes' file logs of a replay go into its home, deleted afterwards, and nothing reads them:
+    # INFO lines cost the replay ~8 % of its CPU (each record redacted and formatted twice on the
+    # log thread). Warnings and errors are still written, while the replay runs.
+    cfg["logging"] = {"level": "WARNING"}
     aux = cfg.setdefault("auxiliary", {})
     if not isinstance(aux.get("title_generation"), dict):
         aux["title_generation"] = {}
