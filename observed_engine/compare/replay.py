@@ -1,26 +1,13 @@
 """One recorded conversation replayed through one engine, in the real Hermes host path.
 
-A fresh Hermes home in a temporary directory (its config.yaml: the recorded model behind the
-replay LLM, ``context.engine: <engine>``, the operator's ``compression:`` and ``plugins:``
-sections and the engine's own section, ``auxiliary:`` too with ``summary="configured"``), a real
-``AIAgent`` built by the host (so the host selects and loads the engine as it would in
-production, and falls back to the built-in when it cannot), with a session store of its own in
-that home. The engine is observed with a registry of its own writing to a store in the same
-temporary directory: nothing reaches the operator's telemetry, Prometheus or OTLP. Each
-recorded user message is sent with ``run_conversation`` and each request the agent makes is
-answered by the replay LLM with the next recorded reply, so preflight, ``compress_context``,
-the real-usage sentinels and the cooldowns run as in production. The recorded tool calls are
-answered with the recorded results (``host.replay_tool_results``): no tool runs.
+A fresh Hermes home per replay (the recorded model behind the replay LLM, ``context.engine``, the
+operator's relevant sections), a real ``AIAgent`` built by the host, each recorded user message
+sent with ``run_conversation`` and each request answered with the next recorded reply; recorded
+tool calls get their recorded results (no tool runs). The engine is observed into a store of the
+replay's own: nothing reaches the operator's telemetry. One replay at a time per process (it sets
+HERMES_HOME, ``call_llm`` and a variant's variables while it runs).
 
-The agent gets the toolsets the operator's configuration enables for the conversation's
-platform (``host.configured_toolsets``: their real schemas; recorded tools outside them, such as
-an MCP server's, get a minimal schema). A variant (``variants.Variant``) changes the engine's
-settings in that config.yaml (or, for an engine that reads the environment, in variables set
-while the replay runs).
-
-Replays run one at a time per process: each sets HERMES_HOME, the built-in's ``call_llm`` and a
-variant's variables for the process while it runs (and puts them back). A caller that replays
-many conversations in one process passes its own ``server`` (reset for each replay).
+The full account: docs/design/internals.md, *observed_engine/compare/replay.py*.
 """
 
 from __future__ import annotations

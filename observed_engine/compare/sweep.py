@@ -1,29 +1,12 @@
 """Many replays: a grid of variants, a pool of replay workers, and the results kept for resuming.
 
-**The grid.** ``--grid threshold=0.5:0.9:0.1 --grid protect_last_n=4,8,12`` is the Cartesian
-product of each setting's values (an inclusive ``start:stop:step`` range, or a list), each
-combination a :class:`~.variants.Variant` of one engine, validated like ``--engines``.
+One job is one (conversation, variant) replay, keyed by a hash of everything its result depends
+on; a finished job is written to ``DIR/jobs/<key>.json`` at once, so an interrupted sweep resumes
+and a later one replays only new conversations. ``jobs > 1``: long-lived ``spawn`` workers, each
+with its own HERMES_HOME, replay LLM and in-process tiktoken; every replay keeps its own home and
+stores. When editing: a job key must change with anything that changes its result.
 
-**The jobs.** One job is one (conversation, variant) replay. Its key hashes everything its result
-depends on: the recorded conversation (messages, summaries, system prompt, model), the variant,
-the window, the summary and usage modes, the toolsets, the operator's sections the replay copies
-(``compression``, ``auxiliary``, ``plugins``, the engine's own) and the observed-engine and Hermes
-versions. A finished job's summary is written to ``DIR/jobs/<key>.json`` (atomically) as soon as
-it arrives, so a sweep that was interrupted (Ctrl-C, a crash) resumes where it stopped, and a
-second sweep over a store with new conversations replays only the new ones. A job whose engine
-could not be loaded is not kept (installing the engine and running again replays it).
-
-**The workers.** ``jobs == 1`` replays in this process; otherwise a pool of that many long-lived
-worker processes (``spawn``), each paying the per-process costs once: importing Hermes, a
-tiktoken encoding loaded in the process (no helper process each), one replay LLM on 127.0.0.1
-that serves all its replays, and a private HERMES_HOME (a temporary directory: nothing a worker
-does reaches the operator's home). Each replay still has its own Hermes home, its own session
-store and its own observed store, as a single replay has. Jobs are handed out one at a time,
-longest conversations first. Workers ignore SIGINT: on Ctrl-C the parent stops them and keeps what
-is done. Hermes builds a fresh TLS context (loading the CA bundle, ~20 ms of CPU) for every
-provider client, and it makes one client per request; the replay only talks plain HTTP to
-127.0.0.1, so while replays run each process reuses one context per CA file
-(:func:`shared_tls_contexts`).
+The full account: docs/design/internals.md, *observed_engine/compare/sweep.py*.
 """
 
 from __future__ import annotations
