@@ -57,6 +57,48 @@ def _own_handler_files() -> list:
     return [Path(f) for f in files if f]
 
 
+def _flush_hermes_log_queue() -> None:
+    """Write out what Hermes' log queue (0.18 on) still holds; nothing to do before 0.18."""
+    try:
+        import hermes_logging
+    except ImportError:
+        return
+    getattr(hermes_logging, "flush_log_queue", lambda: None)()
+
+
+def _recorded_conversation(tmp_path: Path, monkeypatch):
+    """An empty scratch directory for the replay homes, and a recorded two-turn conversation."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv(replay_module.SCRATCH_ENV, str(scratch))
+    recorded = tmp_path / "recorded"
+    recorded.mkdir()
+    _conversation(recorded)
+    [conv] = read_conversations(recorded / "state.db", summary_body=host.compaction_summary_body,
+                                inline_tools=host.AGENT_INLINE_TOOLS)
+    return scratch, conv
+
+
+def _watch_replay_logs(monkeypatch, on_exit) -> None:
+    """``host.replay_logs`` as the replay uses it, calling ``on_exit(home)`` just before each
+    replay home's logs are put back (while Hermes still logs into that home)."""
+    real = host.replay_logs
+
+    def watched(home):
+        cm = real(home)
+
+        class _Watch:
+            def __enter__(self):
+                return cm.__enter__()
+
+            def __exit__(self, *exc):
+                on_exit(Path(home))
+                return cm.__exit__(*exc)
+        return _Watch()
+
+    monkeypatch.setattr(host, "replay_logs", watched)
+
+
 @pytest.fixture(params=["first home", "after another home"])
 def process_logs(request, tmp_path):
     """How the process logs before the replays: not at all, or already for another Hermes home
@@ -82,33 +124,15 @@ def test_two_replays_log_inside_their_own_homes_and_leave_nothing(tmp_path, monk
     operator = tmp_path / "operator-home"          # the home Hermes was imported with
     operator.mkdir()
     monkeypatch.setattr(run_agent, "_hermes_home", operator, raising=False)
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setenv(replay_module.SCRATCH_ENV, str(scratch))
-    recorded = tmp_path / "recorded"
-    recorded.mkdir()
-    _conversation(recorded)
-    [conv] = read_conversations(recorded / "state.db", summary_body=host.compaction_summary_body,
-                                inline_tools=host.AGENT_INLINE_TOOLS)
-
+    scratch, conv = _recorded_conversation(tmp_path, monkeypatch)
     seen = []
-    real = host.replay_logs
 
-    def watched(home):
-        cm = real(home)
+    def while_logging(home):
+        logging.getLogger("observed.test").warning("a line for the replay's own log")
+        seen.append((home, sorted(p.name for p in (home / "logs").glob("*.log")),
+                     [f for f in _log_files() if f.is_relative_to(home.resolve())]))
 
-        class _Watch:
-            def __enter__(self):
-                return cm.__enter__()
-
-            def __exit__(self, *exc):
-                logging.getLogger("observed.test").warning("a line for the replay's own log")
-                seen.append((Path(home), sorted(p.name for p in (Path(home) / "logs").glob("*.log")),
-                             [f for f in _log_files() if f.is_relative_to(Path(home).resolve())]))
-                return cm.__exit__(*exc)
-        return _Watch()
-
-    monkeypatch.setattr(host, "replay_logs", watched)
+    _watch_replay_logs(monkeypatch, while_logging)
     for _ in range(2):
         raw = replay_module.replay(conv, "compressor", user_config={}, context_length=64_000, usage="chars")
         assert raw["error"] is None and raw["turns_done"] == 2, raw
@@ -122,12 +146,7 @@ def test_two_replays_log_inside_their_own_homes_and_leave_nothing(tmp_path, monk
     assert list(scratch.iterdir()) == []             # nothing left, nothing made again
     assert not [f for f in _log_files() if f.is_relative_to(scratch.resolve())]
     logging.getLogger("observed.test").warning("a line after the replays")
-    try:
-        import hermes_logging
-
-        getattr(hermes_logging, "flush_log_queue", lambda: None)()
-    except ImportError:
-        pass
+    _flush_hermes_log_queue()
     assert "Logging error" not in capfd.readouterr().err
 
 
@@ -135,39 +154,16 @@ def test_a_replays_own_logs_keep_warnings_only(tmp_path, monkeypatch):
     """Nothing reads a replay's agent.log, and Hermes' INFO lines cost a replay ~8 % of its CPU
     (redacted and formatted on its log thread): the replay home's config asks for WARNING, so its
     agent.log has the warnings and none of the per-request INFO lines."""
-    scratch = tmp_path / "scratch"
-    scratch.mkdir()
-    monkeypatch.setenv(replay_module.SCRATCH_ENV, str(scratch))
-    recorded = tmp_path / "recorded"
-    recorded.mkdir()
-    _conversation(recorded)
-    [conv] = read_conversations(recorded / "state.db", summary_body=host.compaction_summary_body,
-                                inline_tools=host.AGENT_INLINE_TOOLS)
+    _scratch, conv = _recorded_conversation(tmp_path, monkeypatch)
     texts = []
-    real = host.replay_logs
 
-    def watched(home):
-        cm = real(home)
+    def while_logging(home):
+        logging.getLogger("observed.test").warning("a warning of the replay")
+        _flush_hermes_log_queue()
+        own = [f for f in _own_handler_files() if f.is_relative_to(home.resolve())]
+        texts.append((bool(own), (home / "logs" / "agent.log").read_text(encoding="utf-8", errors="replace")))
 
-        class _Watch:
-            def __enter__(self):
-                return cm.__enter__()
-
-            def __exit__(self, *exc):
-                logging.getLogger("observed.test").warning("a warning of the replay")
-                try:
-                    import hermes_logging
-
-                    getattr(hermes_logging, "flush_log_queue", lambda: None)()
-                except ImportError:
-                    pass
-                own = [f for f in _own_handler_files() if f.is_relative_to(Path(home).resolve())]
-                texts.append((bool(own),
-                              (Path(home) / "logs" / "agent.log").read_text(encoding="utf-8", errors="replace")))
-                return cm.__exit__(*exc)
-        return _Watch()
-
-    monkeypatch.setattr(host, "replay_logs", watched)
+    _watch_replay_logs(monkeypatch, while_logging)
     raw = replay_module.replay(conv, "compressor", user_config={}, context_length=64_000, usage="chars")
     assert raw["error"] is None and raw["turns_done"] == 2, raw
     [(own, text)] = texts
