@@ -101,11 +101,12 @@ def run_tune(*, hermes_home: Optional[str] = None, engine: str = BUILTIN, grids:
     except VariantError as exc:
         raise TuneError(str(exc)) from None
     state_db = home / "state.db"
+    other_home = "" if hermes_home else " (pass --hermes-home for another home)"    # not when it was
     if state_db.is_dir():
         raise TuneError(f"{state_db} is a directory, not Hermes' session store; fix: move it away")
     if not state_db.is_file():
-        raise TuneError(f"no session store at {state_db}: Hermes has recorded no conversation in that home "
-                        f"(pass --hermes-home); fix: have a conversation with Hermes there first")
+        raise TuneError(f"no session store at {state_db}: Hermes has recorded no conversation in that home"
+                        f"{other_home}; fix: have a conversation with Hermes there first")
     try:
         conversations = read_conversations(state_db, session_ids=list(session_ids) or None,
                                            limit=None if session_ids else sessions,
@@ -115,7 +116,8 @@ def run_tune(*, hermes_home: Optional[str] = None, engine: str = BUILTIN, grids:
         raise TuneError(str(exc)) from None
     user_config = host.load_config(log_errors=False)
     if not conversations:
-        raise TuneError(f"no conversation is recorded yet in {state_db}; fix: have a conversation with Hermes there first")
+        raise TuneError(f"no conversation is recorded yet in {state_db}{other_home}; "
+                        f"fix: have a conversation with Hermes there first")
     runnable = [c for c in conversations if c.skip is None]
     recorded = fidelity.recorded_usage(state_db, runnable)
     platforms = {c.session_id: (recorded.get(c.session_id) or {}).get("source") or "cli" for c in runnable}

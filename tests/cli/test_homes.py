@@ -344,6 +344,23 @@ def test_compare_says_pass_hermes_home_only_when_it_was_not(tmp_path):
     assert "(pass --hermes-home for another home)" in default.stderr
 
 
+def test_tune_says_pass_hermes_home_only_when_it_was_not(tmp_path):
+    """Item 9's hint, on compare's sibling: tune said "(pass --hermes-home)" after --hermes-home."""
+    home = tmp_path / "home"
+    home.mkdir()
+    env = env_for(home)
+    passed = subprocess.run([sys.executable, "-m", "observed_engine", "tune", "--hermes-home", str(home)],
+                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    default = subprocess.run([sys.executable, "-m", "observed_engine", "tune"],
+                             cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    for proc in (passed, default):
+        assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+        assert f"no session store at {home / 'state.db'}" in proc.stderr, proc.stderr
+    assert "pass --hermes-home" not in passed.stderr
+    assert "(pass --hermes-home for another home)" in default.stderr
+    assert sorted(p.name for p in home.iterdir()) == []
+
+
 def test_doctor_on_broken_yaml_writes_nothing_and_prints_no_hermes_warning(tmp_path):
     """Item 2: doctor's config check FAILs with the file, line and column; Hermes' loader, which
     would print its warning (twice) and write config.yaml.corrupt.*.bak, is not called."""
