@@ -30,7 +30,7 @@ if [ -n "$HERMES_VERSIONS" ]; then
       bash "$ROOT/scripts/setup_hermes_versions.sh" "$OBSERVED_HERMES_VERSION" || exit 1
       exec "$ROOT/.venv-hermes-$OBSERVED_HERMES_VERSION/bin/python" -m pytest -q -p no:cacheprovider \
         --junitxml="test-artifacts/junit-hermes-$OBSERVED_HERMES_VERSION.xml" tests/hermes_versions \
-        tests/compare/test_replay_logs.py \
+        tests/compare/test_replay_logs.py tests/compare/test_replay_tls.py \
         tests/compare/test_compare.py::test_a_replay_does_not_sleep_between_tool_calls_and_changes_nothing_by_it
     ' >"test-artifacts/hermes-$v.log" 2>&1 &
     version_pids+=($!)

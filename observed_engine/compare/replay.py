@@ -30,6 +30,7 @@ from .. import host
 from ..api import observe
 from ..pipeline import Registry
 from .replay_server import ReplayServer
+from .replay_tls import trust_nothing_environment
 from .sessions import Conversation, tool_names, tool_results
 from .variants import BUILTIN, OBSERVED, Variant, as_variant
 
@@ -298,7 +299,7 @@ def replay(conv: Conversation, engine: str | Variant, *, user_config: Dict[str, 
         else:
             server.reset(replies, model=model, context_length=context_length, summarise=summarise)
         try:
-            env: Dict[str, str] = {}
+            env: Dict[str, str] = trust_nothing_environment(tmp)   # no CA bundle per request
             cfg = replay_config(user_config, variant, model=model, base_url=server.base_url,
                                 context_length=context_length, summary=summary, env=env)
             (home / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
