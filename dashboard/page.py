@@ -13,6 +13,7 @@ from datetime import datetime, timedelta
 import streamlit as st
 
 from . import options
+from .about import about_line
 from .context import Ctx, cached, guard, status_of
 from .empty_state import render_empty_state
 from .factory import alert_source, open_source
@@ -140,6 +141,7 @@ def sidebar():
                          help="Prometheus has no session ids; per-session views need the SQLite store.")
         live = st.toggle("Live", value=True, key="live", help="Re-query every refresh interval.")
         st.caption("Read-only: the dashboard never writes the store.")
+        st.caption(f"About: {literal(about_line())}")
     prom_url = opts.prometheus_url()
     alerts_from = get_alert_source(prom_url) if kind == options.SQLITE and prom_url else None
     return dict(src=src, status=status, bad_url=bad_url, typed=typed, range_label=range_label, custom=custom,
