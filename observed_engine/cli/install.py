@@ -120,6 +120,7 @@ def place_plugin_dir(dest: Path, home: Path) -> Tuple[bool, Callable[[], None]]:
     install failed)."""
     files = paths.plugin_source_files()
     created = not dest.exists()
+    parent_created = not dest.parent.exists()
     homes_before = paths.marker_homes(dest)
     changed = False
     dest.mkdir(parents=True, exist_ok=True)
@@ -136,6 +137,11 @@ def place_plugin_dir(dest: Path, home: Path) -> Tuple[bool, Callable[[], None]]:
     def undo() -> None:
         if created:
             shutil.rmtree(dest, ignore_errors=True)
+            if parent_created:
+                try:
+                    dest.parent.rmdir()
+                except OSError:
+                    pass
         elif homes_before is None:
             (dest / MARKER_FILE).unlink(missing_ok=True)
         else:
@@ -249,6 +255,9 @@ def _install(args, home: Path, inner_arg: Optional[str], doc: ConfigDoc, state: 
     # -- 1. the plugin where Hermes finds it ------------------------------------------------------
     undo_plugin: Callable[[], None] = lambda: None
     if plugin_dir is not None:
+        if route == "user" and not plugin_dir.parent.exists():
+            # $HERMES_HOME/plugins/ made by this install: its uninstall removes it (when empty)
+            state["created_user_plugins_dir"] = True
         try:
             changed, undo_plugin = place_plugin_dir(plugin_dir, home)
         except OSError as exc:

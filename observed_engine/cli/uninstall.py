@@ -140,6 +140,12 @@ def _uninstall(home: Path, state: dict, doc: ConfigDoc) -> int:
             else:
                 shutil.rmtree(path)
                 out.append(f"plugin: removed {path}")
+                if path == user_plugin_dir(home) and state.get("created_user_plugins_dir"):
+                    try:
+                        path.parent.rmdir()          # the plugins/ install made, unless something else is in it
+                        out.append(f"removed: {path.parent} (empty)")
+                    except OSError:
+                        pass
         except OSError as exc:
             out.append(f"plugin: could not update {path}: {exc}")
 

@@ -237,6 +237,22 @@ def test_two_homes_user_route(homes):
     assert_ok(doctor(b, work))
     assert_ok(cli(b, "uninstall", cwd=work))
     assert not (b / "plugins" / "observed").exists()
+    for home in (a, b):       # the plugins/ install made goes with the last plugin in it
+        assert not (home / "plugins").exists(), sorted(p.name for p in (home / "plugins").iterdir())
+
+
+def test_user_route_keeps_a_plugins_directory_it_did_not_make(homes):
+    """An operator's own $HERMES_HOME/plugins/ (another plugin in it, or empty) stays."""
+    if not host.supports_user_engines():
+        pytest.skip(f"Hermes {host.hermes_version()} does not load context engines from $HERMES_HOME/plugins/")
+    a, b, work = homes
+    (a / "plugins").mkdir()
+    (b / "plugins" / "other").mkdir(parents=True)
+    for home in (a, b):
+        assert_ok(cli(home, "install", "--route", "user", cwd=work))
+        assert_ok(cli(home, "uninstall", cwd=work))
+    assert sorted(p.name for p in (a / "plugins").iterdir()) == []
+    assert sorted(p.name for p in (b / "plugins").iterdir()) == ["other"]
 
 
 # -- item 10: the entry-point route run from inside a source checkout ----------------------------------
