@@ -16,11 +16,9 @@ import itertools
 import json
 import os
 import signal
-import ssl
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, TextIO, Tuple
@@ -151,29 +149,6 @@ class Progress:
 
 # -- one replay, in whichever process runs it ---------------------------------------------------
 
-@contextmanager
-def shared_tls_contexts():
-    """While open, ``ssl.create_default_context`` returns one context per (purpose, CA file, CA
-    directory) in this process instead of loading the bundle again (see the module docstring)."""
-    original = ssl.create_default_context
-    cache: Dict[tuple, ssl.SSLContext] = {}
-
-    def create_default_context(purpose=ssl.Purpose.SERVER_AUTH, *, cafile=None, capath=None, cadata=None):
-        if cadata is not None:
-            return original(purpose, cafile=cafile, capath=capath, cadata=cadata)
-        key = (purpose, cafile, capath)
-        ctx = cache.get(key)
-        if ctx is None:
-            ctx = cache[key] = original(purpose, cafile=cafile, capath=capath)
-        return ctx
-
-    ssl.create_default_context = create_default_context
-    try:
-        yield
-    finally:
-        ssl.create_default_context = original
-
-
 _SCRATCH_HOME: Optional[str] = None
 
 
@@ -291,20 +266,17 @@ class Replayer:
 
 
 _WORKER: Optional[Replayer] = None
-_WORKER_TLS = None           # the open shared_tls_contexts() of a worker (a reference keeps it open)
 
 
 def _worker_init(private_home: str, replays: str) -> None:
     """A pool worker: its own HERMES_HOME, tiktoken in this process, Hermes imported once."""
-    global _WORKER, _WORKER_TLS, _WORKER_FAILED
+    global _WORKER, _WORKER_FAILED
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.environ["HERMES_HOME"] = tempfile.mkdtemp(prefix="worker-", dir=private_home)
     os.environ["OBSERVED_TOKENIZER_PROCESS"] = "0"
     try:       # a failing initializer would make the pool start workers forever: report it per job
         host.ai_agent_class()
         _WORKER = Replayer(tempfile.mkdtemp(prefix="worker-", dir=replays))
-        _WORKER_TLS = shared_tls_contexts()
-        _WORKER_TLS.__enter__()               # for the worker's life
     except Exception as exc:
         _WORKER_FAILED = f"the replay worker could not start: {type(exc).__name__}: {exc}"
 
@@ -402,16 +374,15 @@ def run_jobs(conversations: Sequence[Conversation], variants: Sequence[Variant],
         if pending and jobs <= 1:
             worker = Replayer()
             try:
-                with shared_tls_contexts():
-                    for task in pending:
-                        engine = task["variant"].engine
-                        if engine in unavailable:
-                            accept({"key": task["key"], "session_id": task["conversation"].session_id,
-                                    "variant": task["variant"].label,
-                                    "result": {"status": "skipped", "reason": unavailable[engine],
-                                               "unavailable": True}})
-                            continue
-                        accept(worker.run(task))
+                for task in pending:
+                    engine = task["variant"].engine
+                    if engine in unavailable:
+                        accept({"key": task["key"], "session_id": task["conversation"].session_id,
+                                "variant": task["variant"].label,
+                                "result": {"status": "skipped", "reason": unavailable[engine],
+                                           "unavailable": True}})
+                        continue
+                    accept(worker.run(task))
             finally:
                 worker.close()
         elif pending:
@@ -455,4 +426,4 @@ def conversations_with_variants(results: Mapping[Tuple[str, str], Dict[str, Any]
 
 
 __all__ = ["BUILTIN", "Progress", "Replayer", "SweepInterrupted", "default_grid", "default_jobs", "parse_grid",
-           "run_jobs", "shared_tls_contexts"]
+           "run_jobs"]
