@@ -219,6 +219,12 @@ def cmd_install(args) -> int:
 
 
 def _install(args, home: Path, inner_arg: Optional[str], doc: ConfigDoc, state: Dict[str, Any]) -> int:
+    if not args.force and host.hermes_installation() is None:
+        # whatever it wrote, Hermes would never load observed from this Python's environment
+        raise CliError(f"Hermes cannot be imported from this Python ({sys.executable}: "
+                       f"{host.hermes_import_problem() or 'no Hermes modules'}), so Hermes would never load "
+                       f"observed from here; fix: install observed-engine into Hermes' environment and run "
+                       f"its observed-engine (docs/use-with-hermes.md), or add --force to write it anyway")
     route = resolve_route(args.route)
     out: List[str] = []
     if route == "user" and not host.supports_user_engines():

@@ -156,3 +156,20 @@ def test_dashboard_and_demo_in_the_fresh_venv_say_what_to_install(fresh_venv):
     venv, _, env = fresh_venv
     module = run([str(venv / "bin" / "python"), "-m", "observed_engine", "--help"], cwd=venv.parent, env=env)
     assert module.returncode == 0 and "doctor" in module.stdout
+
+
+def test_install_in_a_python_without_hermes_is_refused_and_writes_nothing(fresh_venv, tmp_path):
+    """Run from an environment without Hermes (observed-engine installed beside it rather than
+    into it), any route would write where Hermes never looks: one line, exit 2, nothing written."""
+    venv, _, _ = fresh_venv
+    home = tmp_path / "hermes-home"
+    home.mkdir()
+    (home / "config.yaml").write_text("model:\n  default: m\n", encoding="utf-8")
+    site_before = sorted(p.name for p in venv.glob("lib/python*/site-packages/*"))
+    proc = command(fresh_venv, "install", "--hermes-home", str(home))
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and "Hermes cannot be imported from this Python" in proc.stderr, proc.stderr
+    assert str(venv / "bin" / "python") in proc.stderr and "--force" in proc.stderr
+    assert sorted(p.name for p in home.iterdir()) == ["config.yaml"]
+    assert (home / "config.yaml").read_text(encoding="utf-8") == "model:\n  default: m\n"
+    assert sorted(p.name for p in venv.glob("lib/python*/site-packages/*")) == site_before
