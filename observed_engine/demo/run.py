@@ -36,7 +36,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except DemoArgumentError as exc:
         print(f"observed-engine demo: {exc}", file=sys.stderr)
         return 2
-    if host.hermes_version() is None:        # looked up without importing it (an import writes files)
+    if host.hermes_version() is None:  # imports agent.context_engine only, not the agent loop (which writes into a home)
         print("observed-engine demo: Hermes Agent is not installed here; fix: bash scripts/demo.sh "
               "(or pip install '/path/to/observed-engine[demo]' from a checkout)", file=sys.stderr)
         return 2
