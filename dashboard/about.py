@@ -1,6 +1,6 @@
 """The sidebar's about line: this package's version and the Hermes this Python runs, found as
-``observed-engine doctor`` and ``--version`` find it (``host.hermes_installation()``: by the
-importable ``ContextEngine``, under whatever distribution name installed it, or a source
+``observed-engine doctor`` and ``--version`` find it (the host adapter's installation lookup: by
+the importable ``ContextEngine``, under whatever distribution name installed it, or a source
 checkout), and whether CI verifies it."""
 
 from __future__ import annotations
