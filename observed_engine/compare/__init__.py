@@ -18,7 +18,7 @@ from ..version import __version__
 from . import fidelity, sweep
 from . import report as report_mod
 from .replay import BUILTIN
-from .sessions import NothingRecorded, StoreError, open_store, read_conversations
+from .sessions import NothingRecorded, StoreError, other_home_hint, read_conversations, recorded_store
 from .variants import Variant, VariantError, parse_variants
 
 __all__ = ["CompareError", "StoreError", "run_compare", "DEFAULT_CONTEXT_LENGTH"]
@@ -72,18 +72,9 @@ def run_compare(*, hermes_home: Optional[str] = None, engines: str | Sequence[st
         raise CompareError(f"--usage must be tiktoken or chars, not {usage!r}")
     if sessions is not None and (isinstance(sessions, bool) or not isinstance(sessions, int) or sessions < 1):
         raise CompareError(f"--sessions must be a whole number of at least 1, not {sessions!r}; fix: --sessions 5")
-    state_db = home / "state.db"
-    other_home = "" if hermes_home else " (pass --hermes-home for another home)"
-    if state_db.is_dir():
-        raise CompareError(f"{state_db} is a directory, not Hermes' session store; fix: move it away")
-    if not state_db.is_file():
-        raise CompareError(f"no session store at {state_db}: Hermes has recorded no conversation in that "
-                           f"home{other_home}; fix: have a conversation with Hermes there first")
+    other_home = other_home_hint(bool(hermes_home))
     try:
-        open_store(state_db).close()          # an empty or foreign state.db is said before Hermes loads
-    except NothingRecorded as exc:
-        said, _, fix = str(exc).partition("; fix: ")
-        raise CompareError(f"{said}{other_home}; fix: {fix}") from None
+        state_db = recorded_store(home, home_given=bool(hermes_home))
     except StoreError as exc:
         raise CompareError(str(exc)) from None
     user_config = host.load_config(log_errors=False)

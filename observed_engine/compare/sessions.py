@@ -83,6 +83,29 @@ def open_store(path: Path) -> sqlite3.Connection:
                          f"program's database?); fix: pass the --hermes-home whose state.db Hermes writes")
     return conn
 
+def other_home_hint(home_given: bool) -> str:
+    """What a message about the home's recorded conversations adds when no --hermes-home was given."""
+    return "" if home_given else " (pass --hermes-home for another home)"
+
+
+def recorded_store(home: Path, *, home_given: bool) -> Path:
+    """``home``'s state.db, checked before anything replays (``compare``, ``tune``): a directory, a
+    missing file, an empty store or another program's database is one :class:`StoreError` line,
+    the ones about this home's history ending with :func:`other_home_hint`."""
+    state_db = home / "state.db"
+    other_home = other_home_hint(home_given)
+    if state_db.is_dir():
+        raise StoreError(f"{state_db} is a directory, not Hermes' session store; fix: move it away")
+    if not state_db.is_file():
+        raise StoreError(f"no session store at {state_db}: Hermes has recorded no conversation in that "
+                         f"home{other_home}; fix: have a conversation with Hermes there first")
+    try:
+        open_store(state_db).close()          # an empty or foreign state.db is said before Hermes loads
+    except NothingRecorded as exc:
+        said, _, fix = str(exc).partition("; fix: ")
+        raise NothingRecorded(f"{said}{other_home}; fix: {fix}") from None
+    return state_db
+
 
 def _columns(conn: sqlite3.Connection, table: str) -> set:
     return {r[1] for r in conn.execute(f"PRAGMA table_info({table})")}

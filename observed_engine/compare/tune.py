@@ -22,7 +22,7 @@ from .. import host
 from ..version import __version__
 from . import _config_file, fidelity, sweep
 from . import objective as objective_mod
-from .sessions import StoreError, read_conversations
+from .sessions import StoreError, other_home_hint, read_conversations, recorded_store
 from .variants import BUILTIN, Variant, VariantError, make, parse_variants
 
 KIND = "observed-engine-tune"
@@ -100,14 +100,8 @@ def run_tune(*, hermes_home: Optional[str] = None, engine: str = BUILTIN, grids:
         chosen = build_variants(engine.strip(), grids, variants, written, window)
     except VariantError as exc:
         raise TuneError(str(exc)) from None
-    state_db = home / "state.db"
-    other_home = "" if hermes_home else " (pass --hermes-home for another home)"    # not when it was
-    if state_db.is_dir():
-        raise TuneError(f"{state_db} is a directory, not Hermes' session store; fix: move it away")
-    if not state_db.is_file():
-        raise TuneError(f"no session store at {state_db}: Hermes has recorded no conversation in that home"
-                        f"{other_home}; fix: have a conversation with Hermes there first")
     try:
+        state_db = recorded_store(home, home_given=bool(hermes_home))
         conversations = read_conversations(state_db, session_ids=list(session_ids) or None,
                                            limit=None if session_ids else sessions,
                                            summary_body=host.compaction_summary_body,
@@ -116,7 +110,7 @@ def run_tune(*, hermes_home: Optional[str] = None, engine: str = BUILTIN, grids:
         raise TuneError(str(exc)) from None
     user_config = host.load_config(log_errors=False)
     if not conversations:
-        raise TuneError(f"no conversation is recorded yet in {state_db}{other_home}; "
+        raise TuneError(f"no conversation is recorded yet in {state_db}{other_home_hint(bool(hermes_home))}; "
                         f"fix: have a conversation with Hermes there first")
     runnable = [c for c in conversations if c.skip is None]
     recorded = fidelity.recorded_usage(state_db, runnable)
