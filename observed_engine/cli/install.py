@@ -12,7 +12,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, NamedTuple, Optional, Tuple
 
 from .. import host, plugin
 from ..contract.vocabulary import BUILTIN_ENGINE
@@ -114,10 +114,14 @@ def check_plugin_dir(dest: Path) -> None:
             raise CliError(f"{dest / name} is a directory, where install writes a file; fix: move it away")
 
 
-def place_plugin_dir(dest: Path, home: Path) -> Tuple[bool, Callable[[], None]]:
-    """Write the plugin directory at *dest*, with *home* among the homes that use it; returns
-    whether anything changed, and what puts the directory back as it was (a later step of the
-    install failed)."""
+class Placed(NamedTuple):
+    changed: bool                    # a file or the homes marker was written
+    undo: Callable[[], None]         # puts the directory back as it was (a later step failed)
+    made_parent: bool                # dest's parent did not exist before (made by this call)
+
+
+def place_plugin_dir(dest: Path, home: Path) -> Placed:
+    """Write the plugin directory at *dest*, with *home* among the homes that use it."""
     files = paths.plugin_source_files()
     created = not dest.exists()
     parent_created = not dest.parent.exists()
@@ -147,7 +151,7 @@ def place_plugin_dir(dest: Path, home: Path) -> Tuple[bool, Callable[[], None]]:
         else:
             paths.write_marker(dest, homes_before)
 
-    return changed, undo
+    return Placed(changed, undo, parent_created)
 
 
 def plugin_dir_for(route: str, home: Path) -> Optional[Path]:
@@ -261,14 +265,14 @@ def _install(args, home: Path, inner_arg: Optional[str], doc: ConfigDoc, state: 
     # -- 1. the plugin where Hermes finds it ------------------------------------------------------
     undo_plugin: Callable[[], None] = lambda: None
     if plugin_dir is not None:
-        if route == "user" and not plugin_dir.parent.exists():
-            # $HERMES_HOME/plugins/ made by this install: its uninstall removes it (when empty)
-            state["created_user_plugins_dir"] = True
         try:
-            changed, undo_plugin = place_plugin_dir(plugin_dir, home)
+            changed, undo_plugin, made_parent = place_plugin_dir(plugin_dir, home)
         except OSError as exc:
             raise CliError(f"cannot write {plugin_dir}: {exc.strerror or exc}; fix: rerun with write access "
                            f"or use --route entrypoint") from None
+        if route == "user" and made_parent:
+            # $HERMES_HOME/plugins/ made by this install: its uninstall removes it (when empty)
+            state["created_user_plugins_dir"] = True
         out.append(f"plugin: {plugin_dir} ({'written' if changed else 'already in place'})")
     try:
         _edit_and_record(doc, state, home, route, inner_arg, previous, plugin_dir, out)
