@@ -162,7 +162,8 @@ def render() -> None:
     st.caption(f"{len([c for c in report.get('conversations') or [] if not c.get('skip')])} conversation(s) × "
                f"{len(report['variants'])} variant(s) of {literal(str(report.get('engine')))} · objective "
                f"{literal(str(report.get('objective')))} · window {fmt_int(report.get('context_length') or 0)} tokens"
-               f" · {fmt_int(t.get('replayed'))} replayed, {fmt_int(t.get('reused'))} kept")
+               f" · {fmt_int(t.get('replayed'))} replayed, {fmt_int(t.get('reused'))} kept, "
+               f"{fmt_int(t.get('shared') or 0)} shared (same settings)")
     rec = report["recommendation"]
     if rec.get("best") is None:
         st.markdown(f"**No recommendation**: {literal(str(rec.get('why_none')))}")

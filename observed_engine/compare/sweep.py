@@ -2,7 +2,9 @@
 
 One job is one (conversation, variant) replay, keyed by a hash of everything its result depends
 on; a finished job is written to ``DIR/jobs/<key>.json`` at once, so an interrupted sweep resumes
-and a later one replays only new conversations. ``jobs > 1``: long-lived ``spawn`` workers, each
+and a later one replays only new conversations. Variants that write the same settings (a grid
+value equal to the current one, say) are one replay: its result answers each of their labels.
+``jobs > 1``: long-lived ``spawn`` workers, each
 with its own HERMES_HOME, replay LLM and in-process tiktoken; every replay keeps its own home and
 stores. When editing: a job key must change with anything that changes its result.
 
@@ -106,6 +108,19 @@ def options_fingerprint(user_config: Mapping[str, Any], engine: str, *, context_
                         usage: str) -> str:
     sections = {k: user_config.get(k) for k in ("compression", "auxiliary", "plugins", engine)}
     return _digest([JOB_FORMAT, __version__, host.hermes_version(), sections, context_length, summary, usage])
+
+
+def replay_identity(variant: Variant, user_config: Mapping[str, Any]) -> str:
+    """What a replay of ``variant`` reads that the variant can change: the config sections it
+    writes into and the environment it sets. Two variants with equal identities replay the same
+    conversation identically (only a literal equality counts: a value the engine would floor or
+    default to the same is still a replay of its own)."""
+    import copy
+
+    sections = {k: copy.deepcopy(user_config.get(k)) for k in ("compression", "auxiliary", variant.engine)}
+    cfg = {k: v for k, v in sections.items() if v is not None}
+    env = variant.apply(cfg)
+    return _digest([variant.engine, variant.route, cfg, env])
 
 
 def job_key(conv_print: str, variant: Variant, options_print: str, toolsets: Mapping[str, Any]) -> str:
@@ -330,7 +345,8 @@ def run_jobs(conversations: Sequence[Conversation], variants: Sequence[Variant],
              on_result: Optional[Callable[[Dict[str, Any]], None]] = None) -> Dict[str, Any]:
     """Every (conversation, variant) replay, from ``out``'s kept results where they are there.
 
-    Returns ``{"results": {(session_id, label): summary}, "replayed": n, "reused": n,
+    Returns ``{"results": {(session_id, label): summary}, "replayed": n, "reused": n (kept in
+    ``out``), "shared": n (labels answered by the replay of a variant with the same settings),
     "seconds": wall, "jobs": jobs}``. Raises :class:`SweepInterrupted` on Ctrl-C."""
     jobs_dir = Path(out) / JOBS_DIR if out is not None else None
     if jobs_dir is not None:
@@ -338,33 +354,59 @@ def run_jobs(conversations: Sequence[Conversation], variants: Sequence[Variant],
     engines = sorted({v.engine for v in variants})
     opts = {e: options_fingerprint(user_config, e, context_length=context_length, summary=summary, usage=usage)
             for e in engines}
+    identity = {v.label: replay_identity(v, user_config) for v in variants}
     results: Dict[Tuple[str, str], Dict[str, Any]] = {}
     pending: List[Dict[str, Any]] = []
+    # the labels a replay also answers (same identity): {key of the replay: [(key, label), ...]}
+    also: Dict[str, List[Tuple[str, str]]] = {}
+    shared = shared_kept = 0
     for conv in sorted(conversations, key=lambda c: -len(c.messages)):
         cprint = conversation_fingerprint(conv)
         toolsets = dict(toolsets_for(conv))
+        keys = {v.label: job_key(cprint, v, opts[v.engine], toolsets) for v in variants}
+        found: Dict[str, Dict[str, Any]] = {}          # identity -> a kept result
         for variant in variants:
-            key = job_key(cprint, variant, opts[variant.engine], toolsets)
-            done = _load_done(jobs_dir / f"{key}.json") if jobs_dir is not None else None
+            done = _load_done(jobs_dir / f"{keys[variant.label]}.json") if jobs_dir is not None else None
             if done is not None:
                 results[(conv.session_id, variant.label)] = done["result"]
+                found.setdefault(identity[variant.label], done["result"])
+        first: Dict[str, str] = {}                     # identity -> key of this conversation's replay
+        for variant in variants:
+            label, key, ident = variant.label, keys[variant.label], identity[variant.label]
+            if (conv.session_id, label) in results:
                 continue
+            if ident in found:                         # kept under another label with the same settings
+                results[(conv.session_id, label)] = found[ident]
+                shared += 1
+                shared_kept += 1
+                if jobs_dir is not None:
+                    _write_atomic(jobs_dir / f"{key}.json", {"format": JOB_FORMAT, "session_id": conv.session_id,
+                                                             "variant": label, "result": found[ident]})
+                continue
+            if ident in first:
+                also[first[ident]].append((key, label))
+                shared += 1
+                continue
+            first[ident] = key
+            also[key] = []
             pending.append({"key": key, "conversation": conv, "variant": variant, "user_config": dict(user_config),
                             "context_length": context_length, "summary": summary, "usage": usage,
                             "toolsets": toolsets})
-    total = len(results) + len(pending)
-    bar = Progress(total, progress, done=len(results))
+    reused = len(results) - shared_kept
+    total = reused + len(pending)
+    bar = Progress(total, progress, done=reused)
     unavailable: Dict[str, str] = {}
     started = time.monotonic()
 
     def accept(item: Dict[str, Any]) -> None:
         result = item["result"]
-        results[(item["session_id"], item["variant"])] = result
-        if result.get("unavailable"):
-            unavailable.setdefault(item["variant"].partition("@")[0], result["reason"])
-        elif jobs_dir is not None:
-            _write_atomic(jobs_dir / f"{item['key']}.json", {"format": JOB_FORMAT, "session_id": item["session_id"],
-                                                             "variant": item["variant"], "result": result})
+        for key, label in [(item["key"], item["variant"]), *also.get(item["key"], ())]:
+            results[(item["session_id"], label)] = result
+            if result.get("unavailable"):
+                unavailable.setdefault(label.partition("@")[0], result["reason"])
+            elif jobs_dir is not None:
+                _write_atomic(jobs_dir / f"{key}.json", {"format": JOB_FORMAT, "session_id": item["session_id"],
+                                                         "variant": label, "result": result})
         if on_result is not None:
             on_result(item)
         bar.step(f"{item['session_id']} × {item['variant']}")
@@ -391,7 +433,7 @@ def run_jobs(conversations: Sequence[Conversation], variants: Sequence[Variant],
         bar.close()
         raise SweepInterrupted(bar.done, total, out) from None
     bar.close()
-    return {"results": results, "replayed": len(pending), "reused": total - len(pending),
+    return {"results": results, "replayed": len(pending), "reused": reused, "shared": shared,
             "seconds": time.monotonic() - started, "jobs": jobs, "unavailable": unavailable}
 
 

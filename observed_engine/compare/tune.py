@@ -167,7 +167,8 @@ def _effective(by_conv: Dict[str, Dict[str, Any]], label: str) -> Dict[str, Any]
 
 def _throughput(run: Dict[str, Any], conversations: int, variants: int) -> Dict[str, Any]:
     replayed, seconds = run["replayed"], run["seconds"]
-    return {"jobs": run["jobs"], "replayed": replayed, "reused": run["reused"], "seconds": round(seconds, 2),
+    return {"jobs": run["jobs"], "replayed": replayed, "reused": run["reused"],
+            "shared": run.get("shared", 0), "seconds": round(seconds, 2),
             "conversations": conversations, "variants": variants,
             "replays_per_minute": round(replayed / seconds * 60, 1) if replayed and seconds > 0 else None}
 
@@ -241,7 +242,8 @@ def markdown(report: Dict[str, Any]) -> str:
         f"{report['context_length']:,} tokens. Numbers come from replays, not from live traffic.", "",
         f"Replayed {t.get('replayed', 0)} (conversation × variant) pairs in {t.get('seconds', 0)} s with "
         f"{t.get('jobs')} worker(s) ({t.get('replays_per_minute') or '–'} per minute); {t.get('reused', 0)} "
-        f"kept from earlier runs.", "",
+        f"kept from earlier runs; {t.get('shared', 0)} answered by the replay of a variant with the same "
+        f"settings.", "",
         "## Recommendation", "",
     ]
     if rec.get("best") is None:

@@ -292,6 +292,39 @@ def test_a_lossless_hermes_variant_reaches_the_engine(month):
     assert "LCM_CONTEXT_THRESHOLD" not in os.environ                  # put back after the replay
 
 
+def test_variants_with_the_same_settings_are_one_replay(month, serial, tmp_path):
+    """A grid value equal to the current setting writes the same config: one replay answers both
+    labels, kept under each label's own job file (so a resumed run finds either)."""
+    os.environ["HERMES_HOME"] = str(month["home"])
+    ratio = host.load_config(log_errors=False)["compression"]["target_ratio"]
+    same = f"compressor@target_ratio={ratio}"
+    grid = [f"target_ratio={ratio},0.4"]
+    kept = _jobs(serial["out"])
+    convs = {session for session, _ in kept}
+    # from the serial sweep's results: the new label is the current one's, with no replay
+    out = tmp_path / "from-kept"
+    shutil.copytree(serial["out"], out)
+    rep = run_tune(hermes_home=str(month["home"]), grids=grid, jobs=1, out=out, progress=None)
+    t = rep["throughput"]
+    assert (t["replayed"], t["shared"]) == (0, len(convs)), t
+    jobs = _jobs(out)
+    for session in convs:
+        assert jobs[(session, same)] == jobs[(session, "compressor")] == kept[(session, "compressor")]
+    # a fresh sweep: one replay per conversation for the two labels, in parallel workers too
+    for n in (1, 2):
+        fresh = tmp_path / f"fresh-{n}"
+        rep = run_tune(hermes_home=str(month["home"]), grids=[f"target_ratio={ratio}"], jobs=n, out=fresh,
+                       progress=None)
+        t = rep["throughput"]
+        assert (t["replayed"], t["shared"], t["reused"]) == (len(convs), len(convs), 0), t
+        jobs = _jobs(fresh)
+        assert len(jobs) == 2 * len(convs)
+        for session in convs:
+            a, b = dict(jobs[(session, same)]), dict(jobs[(session, "compressor")])
+            assert a == b and _shape(a["compression_list"]) == _shape(kept[(session, "compressor")]["compression_list"])
+        assert f"{len(convs)} answered by the replay of a variant with the same settings" in (fresh / "tune.md").read_text()
+
+
 def test_a_second_run_replays_only_what_is_missing_or_new(month, serial, tmp_path):
     out = tmp_path / "resumed"
     shutil.copytree(serial["out"], out)
