@@ -239,6 +239,48 @@ def _fill_expired(path, n, age_days):
     conn.close()
 
 
+def test_retention_chunks_are_sized_by_time_on_a_slow_machine(tmp_path):
+    """On a starved or slow machine a 5,000-row delete held the lock for seconds (a CI run saw
+    another writer wait 2.35 s). The chunk follows the time each one takes, so no transaction
+    of a pass lasts much longer than RETENTION_CHUNK_S, however slow SQLite runs."""
+    from observed_engine.store import retention
+
+    path = tmp_path / "slow.sqlite"
+    n_expired = 20_000
+    _fill_expired(path, n_expired, age_days=30)
+    conn = sqlite3.connect(str(path), isolation_level=None)
+
+    def slow():                     # a much slower machine: every 250 SQLite instructions sleep 1 ms
+        time.sleep(0.001)
+        return 0
+
+    conn.set_progress_handler(slow, 250)
+    probe = sqlite3.connect(str(path), isolation_level=None)
+    probe.set_progress_handler(slow, 250)
+    probe.execute("BEGIN")
+    t0 = time.perf_counter()
+    probe.execute(retention.RETENTION_SQL, (time.time(), retention.RETENTION_CHUNK))
+    full_chunk_s = time.perf_counter() - t0
+    probe.execute("ROLLBACK")
+    probe.close()
+    assert full_chunk_s > 8 * retention.RETENTION_CHUNK_S, full_chunk_s     # the slowdown is real
+
+    r = retention.Retention(14)
+    errors, took = [], []
+    r.step(conn, lambda *a: errors.append(a))
+    passes = 1
+    while r.under_way and passes < 10_000:
+        t0 = time.perf_counter()
+        r.step(conn, lambda *a: errors.append(a))
+        took.append(time.perf_counter() - t0)
+        passes += 1
+    conn.close()
+    assert not errors and not r.under_way
+    assert count_rows(path) == 0
+    assert max(took) < 4 * retention.RETENTION_CHUNK_S < full_chunk_s / 2, (max(took), full_chunk_s)
+    assert retention.RETENTION_MIN_CHUNK <= r.chunk < retention.RETENTION_CHUNK
+
+
 def test_retention_deletes_in_chunks_so_another_writer_gets_in(tmp_path, capsys):
     path = tmp_path / "big.sqlite"
     n_expired = 300_000
