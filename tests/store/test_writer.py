@@ -55,6 +55,11 @@ def test_one_row_per_hook_call_with_the_right_columns(prov, tmp_path):
     def failing_reset():
         raise Boom("reset failed")
 
+    # the counts below are checked exactly, so the encoding is in this process before the session
+    # (run alone on a slow machine the worker's helper process was still loading it when the session
+    # ended, and the rows were labelled estimates: tests/tokens/test_helper_hurry.py covers that)
+    counter = TokenCounter("auto", model="gpt-4o")
+    counter.count_text("warm")
     eng = observed(SelectingEngine("stored", {
         "should_compress": slow_should_compress,
         "select_context": lambda *a, **k: [],
@@ -98,7 +103,6 @@ def test_one_row_per_hook_call_with_the_right_columns(prov, tmp_path):
             usage["cache_write_tokens"], usage["reasoning_tokens"]) == (1234, 56, 7, 8, 9)
     assert (usage["prompt_tokens"], usage["threshold_tokens"], usage["window_tokens"]) == (1234, 50_000, 100_000)
 
-    counter = TokenCounter("auto", model="gpt-4o")
     comp = by_hook["compress"]
     assert (comp["messages_before"], comp["messages_after"]) == (len(msgs), len(out))
     assert comp["tokens_before"] == counter.count_messages(msgs)
