@@ -202,8 +202,10 @@ def schema_markdown() -> str:
         "```text", body, "```", "", "## DDL", "", "```sql",
         *[stmt + ";" for stmt in SCHEMA_SQL], "```", "", "## Retention and writers", "",
         "Rows older than `observed.store.retention_days` (default 14) are deleted by the writer at most every "
-        "10 minutes, 5,000 rows per transaction with a pause of 20 ms between two, so that deleting a large "
-        "backlog never holds the write lock for long. Several processes may write one file: each batch is one `BEGIN IMMEDIATE` transaction and "
+        "10 minutes, in short transactions with a pause of 20 ms between two, so that deleting a large "
+        "backlog never holds the write lock for long. Each transaction's size follows how long the last took: "
+        "a pass starts at 500 rows, doubles (up to 5,000) while one takes under 25 ms and halves (down to 50) "
+        "when one takes over 50 ms, so a slow disk or a busy host gets smaller ones. Several processes may write one file: each batch is one `BEGIN IMMEDIATE` transaction and "
         "its rows get the ids after the table's largest, in the order they came, inside that transaction (rows of one set of columns "
         "are inserted together, by multi-row INSERTs); "
         "SQLite's busy timeout (5 s) serialises them. A failed batch (locked, read-only, full disk) is kept in "

@@ -51,3 +51,15 @@ def test_store_schema_doc_is_current():
 
     assert (REPO / "docs" / "store-schema.md").read_text() == schema_markdown(), \
         "docs/store-schema.md is stale: regenerate it with observed_engine.contract.store_schema.schema_markdown()"
+
+
+def test_store_schema_doc_states_the_retention_chunking_the_writer_uses():
+    from observed_engine.contract.store_schema import schema_markdown
+    from observed_engine.store import retention as r
+
+    text = schema_markdown()
+    assert f"starts at {r.RETENTION_FIRST_CHUNK:,} rows" in text
+    assert f"up to {r.RETENTION_CHUNK:,})" in text and f"down to {r.RETENTION_MIN_CHUNK:,})" in text
+    assert f"under {r.RETENTION_CHUNK_S * 500:g} ms" in text and f"over {r.RETENTION_CHUNK_S * 1000:g} ms" in text
+    assert f"pause of {r.RETENTION_PAUSE * 1000:g} ms" in text
+    assert f"every {r.RETENTION_PERIOD / 60:g} minutes" in text
