@@ -56,12 +56,14 @@ class NothingRecorded(StoreError):
     """The session store is there but holds no conversation yet (an empty state.db)."""
 
 
-def open_store(path: Path) -> sqlite3.Connection:
+def open_store(path: Path, *, missing: Optional[str] = None) -> sqlite3.Connection:
+    """``path`` opened read-only; a directory, a missing file (``missing``, if given, is the
+    message), an unreadable, empty or foreign database is one :class:`StoreError` line."""
     if path.is_dir():
         raise StoreError(f"{path} is a directory, not Hermes' session store; fix: move it away")
     if not path.is_file():
-        raise StoreError(f"no session store at {path} (Hermes writes state.db in its home); fix: pass the "
-                         f"--hermes-home Hermes runs with")
+        raise StoreError(missing or f"no session store at {path} (Hermes writes state.db in its home); fix: "
+                         f"pass the --hermes-home Hermes runs with")
     try:
         # read-only; and without a -wal file (no Hermes has it open), immutable too: a plain
         # read-only open of a WAL database would leave a -wal and a -shm file in the home
@@ -83,6 +85,7 @@ def open_store(path: Path) -> sqlite3.Connection:
                          f"program's database?); fix: pass the --hermes-home whose state.db Hermes writes")
     return conn
 
+
 def other_home_hint(home_given: bool) -> str:
     """What a message about the home's recorded conversations adds when no --hermes-home was given."""
     return "" if home_given else " (pass --hermes-home for another home)"
@@ -94,13 +97,10 @@ def recorded_store(home: Path, *, home_given: bool) -> Path:
     the ones about this home's history ending with :func:`other_home_hint`."""
     state_db = home / "state.db"
     other_home = other_home_hint(home_given)
-    if state_db.is_dir():
-        raise StoreError(f"{state_db} is a directory, not Hermes' session store; fix: move it away")
-    if not state_db.is_file():
-        raise StoreError(f"no session store at {state_db}: Hermes has recorded no conversation in that "
-                         f"home{other_home}; fix: have a conversation with Hermes there first")
+    missing = (f"no session store at {state_db}: Hermes has recorded no conversation in that home{other_home}; "
+               f"fix: have a conversation with Hermes there first")
     try:
-        open_store(state_db).close()          # an empty or foreign state.db is said before Hermes loads
+        open_store(state_db, missing=missing).close()   # all of it is said before Hermes loads
     except NothingRecorded as exc:
         said, _, fix = str(exc).partition("; fix: ")
         raise NothingRecorded(f"{said}{other_home}; fix: {fix}") from None

@@ -13,6 +13,7 @@ The full account: docs/design/internals.md, *observed_engine/compare/sweep.py*.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import itertools
 import json
@@ -115,8 +116,6 @@ def replay_identity(variant: Variant, user_config: Mapping[str, Any]) -> str:
     writes into and the environment it sets. Two variants with equal identities replay the same
     conversation identically (only a literal equality counts: a value the engine would floor or
     default to the same is still a replay of its own)."""
-    import copy
-
     sections = {k: copy.deepcopy(user_config.get(k)) for k in ("compression", "auxiliary", variant.engine)}
     cfg = {k: v for k, v in sections.items() if v is not None}
     env = variant.apply(cfg)
