@@ -28,8 +28,8 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from .. import host
 from ..version import __version__
+from . import config_copy, request_memo
 from . import report as report_mod
-from . import request_memo
 from .sessions import Conversation
 from .variants import BUILTIN, Variant, VariantError, make
 
@@ -230,6 +230,7 @@ class Replayer:
         self.server = ReplayServer([], model="replay-model", context_length=128_000).start()
         self._servers: Dict[str, Any] = {}
         self.request_memo = request_memo.install()      # the SDK's per-request walk, once per message
+        self.config_copy = config_copy.install()        # Hermes' load_config() copies, for plain data
 
     def server_for(self, usage: str):
         from .replay_server import ReplayServer
@@ -274,6 +275,9 @@ class Replayer:
         if self.request_memo is not None:
             request_memo.uninstall()
             self.request_memo = None
+        if self.config_copy is not None:
+            config_copy.uninstall()
+            self.config_copy = None
         import shutil
 
         shutil.rmtree(self._scratch, ignore_errors=True)

@@ -71,6 +71,7 @@ from .loaders import (  # noqa: F401
 from .replay import (  # noqa: F401
     AGENT_INLINE_TOOLS,
     compaction_summary_body,
+    config_module,
     configured_toolsets,
     replay_logs,
     replay_tool_results,

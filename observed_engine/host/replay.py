@@ -30,6 +30,16 @@ def compaction_summary_body(content: Any) -> Optional[str]:
         return None
 
 
+def config_module():
+    """Hermes' ``hermes_cli.config`` module, whose ``load_config()`` copies its cached config on each
+    call (the sweep gives it a faster copy: compare/config_copy.py); None without Hermes."""
+    try:
+        from hermes_cli import config
+    except ImportError:
+        return None
+    return config
+
+
 def session_db(path: os.PathLike | str):
     """Hermes' ``hermes_state.SessionDB`` on ``path`` (raises ImportError without Hermes)."""
     from hermes_state import SessionDB

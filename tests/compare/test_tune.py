@@ -24,7 +24,7 @@ from support.paths import REPO
 
 from observed_engine import host
 from observed_engine.cli import main
-from observed_engine.compare import fidelity, objective, request_memo, sweep
+from observed_engine.compare import config_copy, fidelity, objective, request_memo, sweep
 from observed_engine.compare.replay import replay
 from observed_engine.compare.report import summarise_replay
 from observed_engine.compare.sessions import read_conversations
@@ -177,7 +177,7 @@ def _jobs(out: Path) -> dict:
 def serial(month, tmp_path_factory):
     out = tmp_path_factory.mktemp("tune") / "serial"
     rep = run_tune(hermes_home=str(month["home"]), grids=GRID, jobs=1, out=out, progress=None)
-    return {"report": rep, "out": out, "memo": request_memo.last_stats}
+    return {"report": rep, "out": out, "memo": request_memo.last_stats, "config_copy": config_copy.last_stats}
 
 
 def _shape(compressions):
@@ -201,9 +201,12 @@ def test_the_current_settings_reproduce_the_live_compressions(month, serial):
 
 
 def test_the_recommendation_is_the_sum_of_individual_replays(month, serial):
-    """The sweep replays with the request memo on; the individual replays here without it."""
+    """The sweep replays with the request memo and the config copy on; the individual replays here
+    without them."""
     memo = serial["memo"]
     assert memo is not None and memo["disabled"] is None and memo["hits"] > memo["misses"], memo
+    copies = serial["config_copy"]
+    assert copies is not None and copies["disabled"] is None and copies["copies"] > 100, copies
     rep = serial["report"]
     rec = rep["recommendation"]
     assert rec["best"] is not None and rec["current"] == "compressor"
