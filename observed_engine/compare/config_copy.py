@@ -23,6 +23,7 @@ import threading
 from typing import Any, Dict, Optional
 
 from .. import host
+from .process_patch import CountedPatch
 
 logger = logging.getLogger(__name__)
 
@@ -120,39 +121,19 @@ class ConfigCopy:
             logger.warning("replay: Hermes' config is copied by copy.deepcopy again in this process (%s)", why)
 
 
-_installed: Optional[ConfigCopy] = None
-_install_lock = threading.Lock()
-_users = 0
+_patch = CountedPatch(host.config_module, "copy", lambda original: ConfigCopy() if original is _copy else None,
+                      lambda copier: {"copies": copier.copies, "disabled": copier.disabled})
 last_stats: Optional[Dict[str, Any]] = None    # the last uninstalled copier's figures (tests, benchmarks)
 
 
 def install() -> Optional[ConfigCopy]:
     """Give ``hermes_cli.config`` the fast copy in this process (counted: one uninstall per
     install). None when that module does not use the ``copy`` module under that name."""
-    global _installed, _users
-    with _install_lock:
-        if _installed is not None:
-            _users += 1
-            return _installed
-        module = host.config_module()
-        if module is None or getattr(module, "copy", None) is not _copy:
-            return None
-        _installed = ConfigCopy()
-        module.copy = _installed
-        _users = 1
-        return _installed
+    return _patch.install()
 
 
 def uninstall() -> None:
-    global _installed, _users, last_stats
-    with _install_lock:
-        if _installed is None:
-            return
-        _users -= 1
-        if _users > 0:
-            return
-        module = host.config_module()
-        if module is not None and module.copy is _installed:
-            module.copy = _copy
-        last_stats = {"copies": _installed.copies, "disabled": _installed.disabled}
-        _installed = None
+    global last_stats
+    stats = _patch.uninstall()
+    if stats is not None:
+        last_stats = stats

@@ -16,6 +16,8 @@ import logging
 import threading
 from typing import Any, Dict, Optional
 
+from .process_patch import CountedPatch
+
 logger = logging.getLogger(__name__)
 
 MEMO_FIELDS = ("messages", "tools")
@@ -105,46 +107,29 @@ def _wire(body: Any) -> Any:
         return repr(body)
 
 
-_installed: Optional[RequestMemo] = None
-_install_lock = threading.Lock()
-_users = 0
+def _sdk_module():
+    try:
+        from openai.resources.chat.completions import completions as module
+    except ImportError:
+        return None
+    return module
+
+
+_patch = CountedPatch(_sdk_module, "maybe_transform",
+                      lambda original: RequestMemo(original) if callable(original) else None,
+                      lambda memo: {"requests": memo.requests, "hits": memo.hits, "misses": memo.misses,
+                                    "disabled": memo.disabled})
 last_stats: Optional[Dict[str, Any]] = None    # the last uninstalled memo's figures (tests, benchmarks)
 
 
 def install() -> Optional[RequestMemo]:
     """Memoise the chat-completions request transform in this process (counted: one uninstall
     per install). None when the SDK has no such module function (another openai version)."""
-    global _installed, _users
-    with _install_lock:
-        if _installed is not None:
-            _users += 1
-            return _installed
-        try:
-            from openai.resources.chat.completions import completions as module
-        except ImportError:
-            return None
-        original = getattr(module, "maybe_transform", None)
-        if not callable(original):
-            return None
-        _installed = RequestMemo(original)
-        module.maybe_transform = _installed
-        _users = 1
-        return _installed
+    return _patch.install()
 
 
 def uninstall() -> None:
-    global _installed, _users, last_stats
-    with _install_lock:
-        if _installed is None:
-            return
-        _users -= 1
-        if _users > 0:
-            return
-        from openai.resources.chat.completions import completions as module
-
-        if module.maybe_transform is _installed:
-            module.maybe_transform = _installed.original
-        memo = _installed
-        last_stats = {"requests": memo.requests, "hits": memo.hits, "misses": memo.misses,
-                      "disabled": memo.disabled}
-        _installed = None
+    global last_stats
+    stats = _patch.uninstall()
+    if stats is not None:
+        last_stats = stats
