@@ -206,9 +206,10 @@ class HttpSender:
             if not retryable:
                 logger.error("observed-engine: OTLP %s export to %s failed: %s", kind, self.target.endpoint, problem)
                 return False
-            if attempt + 1 == _ATTEMPTS or backoff > deadline - time.monotonic() or self._stopping.is_set():
-                logger.error("observed-engine: OTLP %s export to %s failed (%s); gave up: timeout, retries "
-                             "or shutdown", kind, self.target.endpoint, problem)
+            if self._stopping.is_set():
+                return False      # shut down: the pipeline says what was lost
+            if attempt + 1 == _ATTEMPTS or backoff > deadline - time.monotonic():
+                logger.error("observed-engine: OTLP %s export to %s failed (%s); gave up: timeout or retries", kind, self.target.endpoint, problem)
                 return False
             logger.warning("observed-engine: OTLP %s export: %s; retrying in %.2f s", kind, problem, backoff)
             if self._stopping.wait(backoff):

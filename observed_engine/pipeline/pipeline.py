@@ -410,6 +410,10 @@ class Pipeline:
         closer = threading.Thread(target=self.built.shutdown, name="observed-engine-shutdown", daemon=True)
         closer.start()
         closer.join(left())
+        if closer.is_alive():
+            # the budget is spent: an exporter still retrying would go on (and log) for its own
+            # timeout after this returns; it stops now, and what it held is lost and said below
+            self.built.abandon_exports()
         if any(lost.values()):
             # Whatever did not make it out is said, once: the process is ending, so the log is the
             # only place left (the counters are updated too, for a pipeline shut down early).

@@ -29,6 +29,14 @@ class BuiltProviders:
     def metrics_failing(self) -> bool:
         return any(e.failing for e in self.metric_exporters)
 
+    def abandon_exports(self) -> None:
+        """Stop every export still in flight (a shutdown whose budget is spent): no retry outlives it."""
+        for exporter in (*self.span_exporters, *self.metric_exporters):
+            try:
+                exporter.abandon()
+            except Exception:  # teardown: each exporter is told, whatever the one before did
+                pass
+
     def shutdown(self) -> None:
         for close in reversed(self.closers):
             try:

@@ -52,15 +52,34 @@ class _FailureCounting:
         self._count_error = count_error
         self._component = component
         self._logged = False
+        self._abandoned = False   # the pipeline stopped waiting for it (abandon)
+        self._inner_shut = False
         self.failing = False      # the last export failed; cleared by the next one that succeeds
 
     def _failed(self, exc) -> None:
         self.failing = True
         self._count_error(self._component)
-        if not self._logged:
+        if not self._logged and not self._abandoned:
             self._logged = True
             logger.warning("observed-engine: %s export failed (%s); %s are dropped, hooks are not slowed",
                            self._component, exc or "exporter returned failure", self._signal)
+
+    def _shutdown_inner(self, **kwargs) -> None:
+        """The wrapped exporter's shutdown, once (the SDK's exporters warn on a second call)."""
+        if self._inner_shut:
+            return
+        self._inner_shut = True
+        try:
+            self._inner.shutdown(**kwargs)
+        except Exception:  # teardown: the SDK's exporter logs its own failure
+            pass
+
+    def abandon(self) -> None:
+        """The pipeline's shutdown budget is spent: the export in flight stops retrying now (the
+        wrapped exporter's shutdown interrupts its backoff) and nothing more is logged; what it
+        held is already counted and said as lost by the pipeline."""
+        self._abandoned = True
+        self._shutdown_inner()
 
     def _flush_failed(self, exc: BaseException) -> bool:
         """The wrapped exporter's force_flush raised: counted as this component's error and logged
@@ -90,7 +109,7 @@ class CountingSpanExporter(_FailureCounting, SpanExporter):
         return result
 
     def shutdown(self):
-        return self._inner.shutdown()
+        self._shutdown_inner()
 
     def force_flush(self, timeout_millis: int = 30000):
         try:
@@ -128,10 +147,7 @@ class CountingMetricExporter(_FailureCounting, MetricExporter):
             return self._flush_failed(exc)
 
     def shutdown(self, timeout_millis: float = 30_000, **_kwargs) -> None:
-        try:
-            self._inner.shutdown(timeout_millis=timeout_millis)
-        except Exception:  # teardown: the SDK's exporter logs its own failure
-            pass
+        self._shutdown_inner(timeout_millis=timeout_millis)
 
 
 class CountingBatchSpanProcessor(BatchSpanProcessor):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import socket
 import sqlite3
+import threading
 import time
 
 import pytest
@@ -142,6 +143,31 @@ def test_dead_otlp_endpoint(fault, protocol, tmp_path, caplog):
     records = our_records(caplog, logging.WARNING)
     assert len(matching(records, "exporter_otlp_traces export failed")) == 1
     assert len(matching(records, "exporter_otlp_metrics export failed")) == 1
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_shutdown_stops_the_exports_when_its_budget_is_spent(protocol, tmp_path, caplog):
+    """A pipeline shut down with its exporter retrying a refusing endpoint went on retrying, and
+    logging, for the exporter's whole timeout after shutdown() returned (seen as a later test's
+    "export failed" line, and in a gateway after each ``observed:`` edit)."""
+    settings = _otlp_settings(tmp_path / "store.sqlite", f"http://127.0.0.1:{free_port()}", protocol,
+                              free_port(), timeout=30.0)
+    engine = observe(LedgerEngine(), settings=settings)
+    for i in range(200):
+        engine.should_compress(i)
+    _only_pipeline()
+    # the exports start within a second (batch delay 1 s, metric interval 0.5 s); a refused one
+    # backs off 1, 2, 4 ... s within its 30 s timeout, so at shutdown they are between retries
+    time.sleep(2.5)
+    t0 = time.monotonic()
+    observed_engine.shutdown(1.0)
+    assert time.monotonic() - t0 < 1.0 + 1.0
+    stopped = time.time()
+    assert wait_until(lambda: not [t for t in threading.enumerate() if t.name == "observed-engine-shutdown"],
+                      timeout=3.0), "the exporters still run after shutdown"
+    time.sleep(3.0)           # HTTP retries back off 1, 2, 4 s: one would have come by now
+    late = [r.getMessage() for r in our_records(caplog, logging.DEBUG) if r.created > stopped]
+    assert late == []
 
 
 def test_slow_otlp_endpoint_loses_nothing(tmp_path, caplog):
