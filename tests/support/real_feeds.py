@@ -51,6 +51,7 @@ if __name__ == "__main__":   # the child side, run as a script: make tests/suppo
     sys.path.insert(0, str(ROOT / "tests"))
 
 from support.llm import ProviderError  # noqa: E402
+from support.servers import listener_pids  # noqa: E402
 
 # -- the scripted traffic (shared by both feeds) -------------------------------------------
 
@@ -197,6 +198,7 @@ def _child_store(path: str) -> int:
 
 def _child_exporter(port: int) -> int:
     import observed_engine
+    from observed_engine.capture import observed_meta
 
     engines, summariser = _build({
         "prometheus": {"enabled": True, "host": "127.0.0.1", "port": port},
@@ -206,6 +208,11 @@ def _child_exporter(port: int) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     drive(engines, "warm", keep, summariser)
     observed_engine.flush(30.0)
+    # the engine goes on without /metrics when it cannot listen (fail open); this feed must not
+    addresses = {observed_meta(e).pipeline.built.prometheus_address for e in engines.values()}
+    if addresses != {("127.0.0.1", port)}:
+        print(f"/metrics is not served on 127.0.0.1:{port}: {addresses}", file=sys.stderr, flush=True)
+        return 1
     print("READY", flush=True)
     for line in sys.stdin:
         cmd = line.strip()
@@ -509,6 +516,10 @@ class EngineExporter:
         self.pid = self.proc.pid
         threading.Thread(target=self._read, daemon=True).start()
         self._expect("READY", timeout)
+        holders = listener_pids(self.port)
+        if holders != {self.pid}:
+            raise AssertionError(f"/metrics on {self.target} is served by {sorted(holders)}, not the engine "
+                                 f"exporter (pid {self.pid})")
         self.baseline = self.scrape()
         return self
 

@@ -48,9 +48,68 @@ def require_binary(path: str) -> str:
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port of 127.0.0.1 nothing listens on, reserved for about a minute (TCP's TIME_WAIT).
+
+    The port is handed to a server that binds it later, often another process that takes
+    seconds to start. A port that was merely free when asked could be handed out again in
+    that gap (to another test process running in parallel): the second server then fails
+    to listen, and the test reads the first. So the port is left with one connection in
+    TIME_WAIT: the kernel picks no such port for anyone's ``bind(port 0)`` and a plain
+    ``bind`` of it fails, while a server that sets SO_REUSEADDR (Python's http.server,
+    prometheus_client, tornado, Go's net.Listen) binds it at once."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as listener:
+        # the accepted socket, which ends in TIME_WAIT, inherits SO_REUSEADDR: only then may a
+        # server that sets it too bind the port while the connection waits
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(1)
+        port = listener.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port), timeout=5.0):
+            accepted, _ = listener.accept()
+            accepted.close()             # this side closes first: its (port, peer) waits in TIME_WAIT
+    return port
+
+
+def _listening_inodes(port: int) -> set:
+    """The socket inodes listening on TCP ``port`` (IPv4 or IPv6, any address)."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f, None)
+                for line in f:
+                    fields = line.split()
+                    if len(fields) > 9 and fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        inodes.add(fields[9])
+        except OSError:
+            continue
+    return inodes
+
+
+def listener_pids(port: int, session: Optional[int] = None) -> set:
+    """The PIDs holding a socket that listens on TCP ``port`` (only those of ``session``, a
+    session id, when given; a process started with ``start_new_session`` leads its own)."""
+    inodes = {f"socket:[{i}]" for i in _listening_inodes(port)}
+    pids = set()
+    if not inodes:
+        return pids
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if session is not None and os.getsid(int(entry)) != session:
+                continue
+            fds = os.listdir(f"/proc/{entry}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                if os.readlink(f"/proc/{entry}/fd/{fd}") in inodes:
+                    pids.add(int(entry))
+                    break
+            except OSError:
+                continue
+    return pids
 
 
 def refused_port() -> int:
@@ -143,13 +202,21 @@ class ServerProcess:
         self.pid = self.proc.pid
 
     def wait_ready(self, timeout: float = 30.0) -> None:
+        """Ready when ``ready_path`` answers on the port and the port's listener is this server
+        (its process or a child of it): an answer from another process is not this one's."""
         def ready():
             if self.proc.poll() is not None:
                 raise AssertionError(f"{self.name} exited with {self.proc.returncode}:\n{self.log_tail()}")
             try:
-                return http_get(self.url + self.ready_path, timeout=1.0) is not None
+                if http_get(self.url + self.ready_path, timeout=1.0) is None:
+                    return False
             except OSError:
                 return False
+            holders = listener_pids(self.port)
+            if holders and not listener_pids(self.port, session=self.pid):
+                raise AssertionError(f"{self.name} (pid {self.pid}): port {self.port} is held by another "
+                                     f"process {sorted(holders)}:\n{self.log_tail()}")
+            return True
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if ready():
