@@ -16,14 +16,17 @@ import sys
 import time
 from pathlib import Path
 
-from .. import compare, host
-from ..compare import report as report_mod
+from .. import host
+from ..compare.modes import SUMMARY_MODES
 from . import inputs, yaml_edit
 from .errors import CliError
 from .paths import config_path
 
 
 def cmd_compare(args) -> int:
+    from ..compare import report as report_mod
+    from ..compare import run as compare  # the replay side: imported when the command runs
+
     home = inputs.home_dir(args.hermes_home)
     for sid in args.session or ():
         if not sid.strip():
@@ -71,7 +74,7 @@ def add_parser(sub, home_help: str) -> None:
     which.add_argument("--sessions", type=inputs.positive_int, default=5, metavar="N",
                        help="the N newest conversations that can be replayed (default 5)")
     which.add_argument("--session", action="append", metavar="ID", help="this conversation (repeatable)")
-    p.add_argument("--summary", choices=compare.SUMMARY_MODES, default="offline",
+    p.add_argument("--summary", choices=SUMMARY_MODES, default="offline",
                    help="offline: the recorded summaries, then a fixed stand-in, no network (default); "
                         "configured: the auxiliary model of that Hermes home (its cost)")
     p.add_argument("--usage", choices=("tiktoken", "chars"), default="tiktoken",

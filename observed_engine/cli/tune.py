@@ -15,12 +15,15 @@ import sys
 from pathlib import Path
 
 from .. import host
-from ..compare import objective, sweep, tune, variants
+from ..compare import objective, variants
+from ..compare.modes import SUMMARY_MODES
 from . import inputs
 from .errors import CliError
 
 
 def cmd_tune(args) -> int:
+    from ..compare import sweep, tune  # the replay side: imported when the command runs
+
     home = inputs.home_dir(args.hermes_home)
     try:
         with host.untouched_home(home):
@@ -59,7 +62,7 @@ def add_parser(sub, home_help: str) -> None:
     which.add_argument("--sessions", type=int, metavar="N", help="the N newest conversations (default: all)")
     which.add_argument("--session", action="append", metavar="ID", help="this conversation (repeatable)")
     p.add_argument("--jobs", type=int, metavar="N", help="worker processes (default: the CPU count)")
-    p.add_argument("--summary", choices=tune.SUMMARY_MODES, default="offline",
+    p.add_argument("--summary", choices=SUMMARY_MODES, default="offline",
                    help="offline: the recorded summaries, then a fixed stand-in (default); configured: the "
                         "auxiliary model of that Hermes home (its cost)")
     p.add_argument("--usage", choices=("tiktoken", "chars"), default="tiktoken",

@@ -20,8 +20,10 @@ from typing import Any, Dict, List, Optional, Sequence, TextIO
 
 from .. import host
 from ..version import __version__
-from . import _config_file, fidelity, sweep
+from . import fidelity, sweep
 from . import objective as objective_mod
+from .modes import SUMMARY_MODES
+from .run import DEFAULT_CONTEXT_LENGTH, _config_file
 from .sessions import StoreError, other_home_hint, read_conversations, recorded_store
 from .variants import BUILTIN, Variant, VariantError, make, parse_variants
 
@@ -30,8 +32,6 @@ FORMAT = 1
 JSON_NAME = "tune.json"
 MARKDOWN_NAME = "tune.md"
 TOOLSETS_NAME = "toolsets.json"
-SUMMARY_MODES = ("offline", "configured")
-DEFAULT_CONTEXT_LENGTH = 128_000
 
 
 class TuneError(Exception):

@@ -68,3 +68,35 @@ def test_grafana_builder_runs_from_the_checkout_without_the_package_installed(tm
     out = subprocess.run([sys.executable, "-S", str(REPO / "deploy" / "grafana" / "build_dashboard.py"), "--check"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_the_cli_parser_loads_no_replay_side():
+    """Every ``observed-engine`` command builds the whole parser; install, doctor, uninstall and
+    ``--help`` imported the replay side with it (the engine, the pipeline, OpenTelemetry: about
+    half of the CLI's start-up) only because ``compare``'s and ``tune``'s options were read from
+    the ``compare`` package root."""
+    code = (
+        "import json, sys\n"
+        "from observed_engine import cli\n"
+        "cli.build_parser()\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    loaded = set(json.loads(out.stdout))
+    replay_side = {"observed_engine.api", "observed_engine.pipeline", "observed_engine.compare.run",
+                   "observed_engine.compare.replay", "observed_engine.compare.sweep", "opentelemetry"}
+    assert not loaded & replay_side, sorted(loaded & replay_side)
+
+
+def test_the_compare_package_names_resolve_lazily():
+    code = (
+        "import observed_engine.compare as c\n"
+        "from observed_engine.compare import run_compare, CompareError, StoreError, SUMMARY_MODES\n"
+        "from observed_engine.compare import run, sessions, modes\n"
+        "assert c.run_compare is run.run_compare and c.StoreError is sessions.StoreError\n"
+        "assert c.SUMMARY_MODES is modes.SUMMARY_MODES and set(c.__all__) <= set(dir(c))\n"
+        "try:\n    c.no_such_name\nexcept AttributeError:\n    print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
