@@ -12,8 +12,9 @@ HTTP server). The names below are imported on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ..lazy import exports
 
 # public name -> the module that defines it
 _LAZY = {
@@ -35,14 +36,4 @@ if TYPE_CHECKING:   # for type checkers and IDEs: the names as if imported eager
     from .sessions import StoreError
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value          # later lookups are plain module attributes
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = exports(__name__, _LAZY, __all__)
