@@ -25,11 +25,15 @@ print(json.dumps(sorted({{m.split(".")[0] for m in sys.modules}})))
 """
 
 
-def _top_level_modules_after(*modules: str) -> set:
-    out = subprocess.run([sys.executable, "-c", PROBE.format(modules=list(modules))], cwd=REPO,
-                         capture_output=True, text=True, timeout=60)
+def _fresh_python(code: str) -> str:
+    """``code`` run in a fresh interpreter from the checkout; its stdout (it must exit 0)."""
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    return set(json.loads(out.stdout))
+    return out.stdout
+
+
+def _top_level_modules_after(*modules: str) -> set:
+    return set(json.loads(_fresh_python(PROBE.format(modules=list(modules)))))
 
 
 @pytest.mark.parametrize("modules", [
@@ -57,9 +61,7 @@ def test_public_names_resolve_lazily():
         "try:\n    oe.no_such_name\nexcept AttributeError as exc:\n    print('AttributeError', exc)\n"
         "print(oe.__version__)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    assert "AttributeError module 'observed_engine' has no attribute 'no_such_name'" in out.stdout
+    assert "AttributeError module 'observed_engine' has no attribute 'no_such_name'" in _fresh_python(code)
 
 
 def test_grafana_builder_runs_from_the_checkout_without_the_package_installed(tmp_path):
@@ -81,9 +83,7 @@ def test_the_cli_parser_loads_no_replay_side():
         "cli.build_parser()\n"
         "print(json.dumps(sorted(sys.modules)))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    loaded = set(json.loads(out.stdout))
+    loaded = set(json.loads(_fresh_python(code)))
     replay_side = {"observed_engine.api", "observed_engine.pipeline", "observed_engine.compare.run",
                    "observed_engine.compare.replay", "observed_engine.compare.sweep", "opentelemetry"}
     assert not loaded & replay_side, sorted(loaded & replay_side)
@@ -98,5 +98,4 @@ def test_the_compare_package_names_resolve_lazily():
         "assert c.SUMMARY_MODES is modes.SUMMARY_MODES and set(c.__all__) <= set(dir(c))\n"
         "try:\n    c.no_such_name\nexcept AttributeError:\n    print('ok')\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    assert _fresh_python(code).strip() == "ok"
